@@ -1,0 +1,138 @@
+//! The rate-limiting algorithms, as plain Rust.
+//!
+//! Nothing in this folder knows about Redis. Each algorithm is a state value
+//! with its parameters inside it, and one entry point, [`Algorithm::check`],
+//! that takes the time explicitly (`now_ms`, Unix milliseconds) so that every
+//! time-dependent behaviour can be tested with a fake clock. The Redis layer
+//! (`crate::redis`) only parses, loads, calls, stores, replicates and replies.
+
+pub mod sliding_counter;
+pub mod token_bucket;
+
+use crate::encoding::{DecodeError, Reader};
+
+/// The largest limit, capacity or cost accepted: 2^53 - 1, the largest integer
+/// every client language (including JavaScript and Lua) represents exactly.
+pub const MAX_AMOUNT: u64 = (1 << 53) - 1;
+
+/// The longest window or period: 366 days.
+pub const MAX_DURATION_MS: u64 = 366 * 86_400_000;
+
+/// The largest timestamp a state may carry (year 287,396): far beyond any real
+/// clock, small enough that arithmetic on it in `i128` or `f64` stays exact.
+pub const MAX_TIMESTAMP_MS: i64 = 1 << 53;
+
+/// What a check answers, the same shape for every algorithm, so that replies,
+/// statistics and HTTP headers are written once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// Whether the request is (or, for a peek, would be) allowed.
+    pub allowed: bool,
+    /// The most the key allows at once: capacity, limit or burst.
+    pub limit: u64,
+    /// How much more would be allowed right now, after this call.
+    pub remaining: u64,
+    /// 0 when allowed; otherwise milliseconds until the same request would be
+    /// allowed; -1 when it never can be (cost above the limit).
+    pub retry_after_ms: i64,
+    /// Milliseconds until the key is back to its fresh state.
+    pub reset_after_ms: i64,
+}
+
+/// Whether a check takes what it allows, or only looks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Consume `cost` when allowed.
+    Take,
+    /// Answer what would happen and change nothing that matters: `remaining`
+    /// is what is available now, before anything is taken.
+    Peek,
+}
+
+/// One rate-limiting algorithm: its state, which carries its parameters.
+pub trait Algorithm: Clone + Sized {
+    /// The numbers a caller gives with each check (capacity, rate, window...).
+    type Params: Copy + PartialEq + std::fmt::Debug;
+
+    /// The tag that starts this algorithm's encoding (see `crate::encoding`).
+    const TAG: u8;
+
+    /// A state as good as new: nothing used yet.
+    fn fresh(params: Self::Params, now_ms: i64) -> Self;
+
+    /// The parameters as last used.
+    fn params(&self) -> Self::Params;
+
+    /// Take on new parameters from `now_ms` on, carrying the state over in the
+    /// way the README documents for this algorithm.
+    fn reconfigure(&mut self, params: Self::Params, now_ms: i64);
+
+    /// The latest time this state has seen. The Redis layer never calls
+    /// [`Algorithm::check`] with an earlier time: a clock that steps backwards
+    /// is treated as no time having passed.
+    fn last_seen_ms(&self) -> i64;
+
+    /// Decide on a request of `cost` at `now_ms` (never earlier than
+    /// [`Algorithm::last_seen_ms`]). In [`Mode::Take`] an allowed request is
+    /// taken from the state. The state may be brought up to date either way;
+    /// callers keep it only when a request was taken.
+    fn check(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Decision;
+
+    /// The moment (Unix ms) from which this state is as good as a fresh one:
+    /// the key's expiry time.
+    fn fresh_at_ms(&self) -> i64;
+
+    /// Bytes of heap memory this state owns beyond its own size.
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+
+    /// Append the encoding of the state, after its tag, to `out`.
+    fn encode_body(&self, out: &mut Vec<u8>);
+
+    /// Read a state written by [`Algorithm::encode_body`], rejecting anything
+    /// that is not a state this code could have produced.
+    fn decode_body(input: &mut Reader<'_>) -> Result<Self, DecodeError>;
+
+    /// The whole life of one command, shared by every algorithm: start from
+    /// the stored state (or a fresh one), take on `params`, check at `now_ms`
+    /// clamped to the latest time the state has seen (a clock that stepped
+    /// backwards means no time has passed). Returns the decision and, only when
+    /// a request was taken, the state to store: a denial or a peek leaves the
+    /// stored state exactly as it was.
+    fn check_with(
+        stored: Option<&Self>,
+        params: Self::Params,
+        now_ms: i64,
+        cost: u64,
+        mode: Mode,
+    ) -> (Decision, Option<Self>) {
+        let (mut next, now_ms) = match stored {
+            Some(stored) => {
+                let mut next = stored.clone();
+                let now_ms = now_ms.max(next.last_seen_ms());
+                if next.params() != params {
+                    next.reconfigure(params, now_ms);
+                }
+                (next, now_ms)
+            }
+            None => (Self::fresh(params, now_ms), now_ms),
+        };
+        let decision = next.check(now_ms, cost, mode);
+        let taken = decision.allowed && mode == Mode::Take;
+        (decision, taken.then_some(next))
+    }
+}
+
+/// Milliseconds, rounded up, for a duration given in seconds as a float;
+/// saturates instead of overflowing, so no input can make it panic.
+pub(crate) fn ceil_ms(seconds: f64) -> i64 {
+    let ms = (seconds * 1000.0).ceil();
+    if ms.is_nan() || ms <= 0.0 {
+        0
+    } else if ms >= MAX_TIMESTAMP_MS as f64 {
+        MAX_TIMESTAMP_MS
+    } else {
+        ms as i64
+    }
+}

@@ -1,0 +1,438 @@
+//! Sliding window counter: an estimate of the requests in the last `window`,
+//! kept in `precision` counters instead of one timestamp per request.
+//!
+//! Terms: the time line is cut into buckets of `window / precision`, aligned
+//! to the Unix epoch. The sliding window `(now - window, now]` covers the
+//! current bucket, the `precision - 1` before it, and part of the oldest one,
+//! whose count is weighted by the share of it still inside the window (it is
+//! assumed to have been spread evenly). With `precision` 1 this is
+//! Cloudflare's estimate: `previous * overlap + current`.
+//!
+//! Arithmetic is exact: times are kept in *ticks* of `1/precision` ms, so a
+//! bucket is exactly `window_ms` ticks long, and the weighted count is
+//! compared as an integer scaled by `window_ms`.
+
+use super::{Algorithm, Decision, Mode, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS};
+use crate::encoding::{ensure, put_i64, put_u16, put_u64, DecodeError, Reader};
+
+/// The most sub-windows a window may be cut into.
+pub const MAX_PRECISION: u16 = 1000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingCounterParams {
+    /// The most requests allowed in any `window`.
+    pub limit: u64,
+    pub window_ms: u64,
+    /// How many buckets a window is cut into (1 to [`MAX_PRECISION`]).
+    pub precision: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlidingCounter {
+    params: SlidingCounterParams,
+    /// Requests counted in bucket `i`, at `counts[i % (precision + 1)]`, for
+    /// the buckets from `newest - precision` to `newest`, where `newest` is
+    /// the bucket of `updated_ms`.
+    counts: Box<[u64]>,
+    /// When the counts were last brought up to date (Unix ms).
+    updated_ms: i64,
+}
+
+impl SlidingCounter {
+    fn n(&self) -> i128 {
+        i128::from(self.params.precision)
+    }
+
+    fn w(&self) -> i128 {
+        i128::from(self.params.window_ms)
+    }
+
+    fn ticks(&self, t_ms: i64) -> i128 {
+        i128::from(t_ms) * self.n()
+    }
+
+    fn bucket_of(&self, t_ms: i64) -> i128 {
+        self.ticks(t_ms).div_euclid(self.w())
+    }
+
+    fn slot(&self, bucket: i128) -> usize {
+        bucket.rem_euclid(self.n() + 1) as usize
+    }
+
+    fn count(&self, bucket: i128) -> i128 {
+        i128::from(self.counts.get(self.slot(bucket)).copied().unwrap_or(0))
+    }
+
+    /// Forget the buckets that slid out of the window by `now_ms`.
+    fn advance(&mut self, now_ms: i64) {
+        let newest = self.bucket_of(self.updated_ms);
+        let current = self.bucket_of(now_ms);
+        let stale = (current - newest).clamp(0, self.n() + 1);
+        for k in 1..=stale {
+            let slot = self.slot(newest + k);
+            if let Some(count) = self.counts.get_mut(slot) {
+                *count = 0;
+            }
+        }
+        self.updated_ms = self.updated_ms.max(now_ms);
+    }
+
+    /// Requests in the window ending at `now_ms`, with the oldest bucket
+    /// weighted, times `window_ms`. The state must be advanced to `now_ms`.
+    fn used_scaled(&self, now_ms: i64) -> i128 {
+        let (n, w) = (self.n(), self.w());
+        let current = self.bucket_of(now_ms);
+        let into_bucket = self.ticks(now_ms) - current * w;
+        let recent: i128 = (current - n + 1..=current).map(|b| self.count(b)).sum();
+        self.count(current - n) * (w - into_bucket) + recent * w
+    }
+
+    /// Milliseconds from `now_ms` until `cost` more fits under the limit.
+    /// The weighted count only falls as time passes (the oldest bucket fades,
+    /// then drops out), so the first moment it fits is found bucket by bucket.
+    fn ms_until_fits(&self, now_ms: i64, cost: u64) -> i64 {
+        let (n, w) = (self.n(), self.w());
+        let now_ticks = self.ticks(now_ms);
+        let current = self.bucket_of(now_ms);
+        let limit = i128::from(self.params.limit);
+        let cost = i128::from(cost);
+        for k in 0..=n {
+            let bucket = current + k;
+            let oldest = self.count(bucket - n);
+            let recent: i128 = (bucket - n + 1..=current).map(|b| self.count(b)).sum();
+            let room = limit - recent - cost;
+            if room < 0 {
+                continue;
+            }
+            // Need oldest * (w - into) <= room * w.
+            let into = if oldest == 0 {
+                0
+            } else {
+                w - (room * w / oldest).min(w)
+            };
+            if into >= w {
+                continue;
+            }
+            let at = (bucket * w + into).max(now_ticks);
+            return ticks_to_ms_ceil(at - now_ticks, n);
+        }
+        ticks_to_ms_ceil((current + n + 1) * w - now_ticks, n)
+    }
+}
+
+fn ticks_to_ms_ceil(ticks: i128, n: i128) -> i64 {
+    let ms = (ticks + n - 1).div_euclid(n);
+    i64::try_from(ms.max(0)).unwrap_or(MAX_TIMESTAMP_MS)
+}
+
+impl Algorithm for SlidingCounter {
+    type Params = SlidingCounterParams;
+    const TAG: u8 = 2;
+
+    fn fresh(params: SlidingCounterParams, now_ms: i64) -> Self {
+        Self {
+            params,
+            counts: vec![0; usize::from(params.precision) + 1].into_boxed_slice(),
+            updated_ms: now_ms,
+        }
+    }
+
+    fn params(&self) -> SlidingCounterParams {
+        self.params
+    }
+
+    /// A new limit applies to the counts as they are. A new window or
+    /// precision changes the buckets themselves: the current estimate
+    /// (rounded up) moves into the new current bucket, so nothing counted is
+    /// forgotten, and it then slides out over one new window.
+    fn reconfigure(&mut self, params: SlidingCounterParams, now_ms: i64) {
+        if params.window_ms == self.params.window_ms && params.precision == self.params.precision {
+            self.params.limit = params.limit;
+            return;
+        }
+        self.advance(now_ms);
+        let used = self.used_scaled(now_ms);
+        let carried = (used + self.w() - 1).div_euclid(self.w());
+        let mut next = Self::fresh(params, now_ms);
+        let slot = next.slot(next.bucket_of(now_ms));
+        if let Some(count) = next.counts.get_mut(slot) {
+            *count = u64::try_from(carried).unwrap_or(MAX_AMOUNT).min(MAX_AMOUNT);
+        }
+        *self = next;
+    }
+
+    fn last_seen_ms(&self) -> i64 {
+        self.updated_ms
+    }
+
+    fn check(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Decision {
+        self.advance(now_ms);
+        let w = self.w();
+        let limit = self.params.limit;
+        let used = self.used_scaled(now_ms);
+        let allowed = cost <= limit && used + i128::from(cost) * w <= i128::from(limit) * w;
+        let retry_after_ms = if allowed {
+            0
+        } else if cost > limit {
+            -1
+        } else {
+            self.ms_until_fits(now_ms, cost).max(1)
+        };
+        let mut used_after = used;
+        if allowed && mode == Mode::Take {
+            let slot = self.slot(self.bucket_of(now_ms));
+            if let Some(count) = self.counts.get_mut(slot) {
+                *count = count.saturating_add(cost);
+            }
+            used_after += i128::from(cost) * w;
+        }
+        let remaining = (i128::from(limit) * w - used_after).max(0) / w;
+        Decision {
+            allowed,
+            limit,
+            remaining: u64::try_from(remaining).unwrap_or(0),
+            retry_after_ms,
+            reset_after_ms: self.fresh_at_ms().saturating_sub(now_ms).max(0),
+        }
+    }
+
+    /// The newest bucket holding a request stops counting once it has slid
+    /// wholly out of the window: `precision + 1` buckets after its start.
+    fn fresh_at_ms(&self) -> i64 {
+        let newest = self.bucket_of(self.updated_ms);
+        let n = self.n();
+        let newest_used = (newest - n..=newest).rev().find(|&b| self.count(b) > 0);
+        match newest_used {
+            Some(bucket) => ticks_to_ms_ceil((bucket + n + 1) * self.w(), n),
+            None => self.updated_ms,
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.counts)
+    }
+
+    fn encode_body(&self, out: &mut Vec<u8>) {
+        put_u64(out, self.params.limit);
+        put_u64(out, self.params.window_ms);
+        put_u16(out, self.params.precision);
+        put_i64(out, self.updated_ms);
+        for &count in self.counts.iter() {
+            put_u64(out, count);
+        }
+    }
+
+    fn decode_body(input: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let limit = input.u64()?;
+        let window_ms = input.u64()?;
+        let precision = input.u16()?;
+        let updated_ms = input.i64()?;
+        ensure((1..=MAX_AMOUNT).contains(&limit), "limit out of range")?;
+        ensure(
+            (1..=MAX_DURATION_MS).contains(&window_ms),
+            "window out of range",
+        )?;
+        ensure(
+            (1..=MAX_PRECISION).contains(&precision),
+            "precision out of range",
+        )?;
+        ensure(
+            (0..=MAX_TIMESTAMP_MS).contains(&updated_ms),
+            "timestamp out of range",
+        )?;
+        let slots = usize::from(precision) + 1;
+        ensure(input.remaining() == slots * 8, "wrong number of counters")?;
+        let mut counts = Vec::with_capacity(slots);
+        for _ in 0..slots {
+            let count = input.u64()?;
+            ensure(count <= MAX_AMOUNT, "counter out of range")?;
+            counts.push(count);
+        }
+        Ok(Self {
+            params: SlidingCounterParams {
+                limit,
+                window_ms,
+                precision,
+            },
+            counts: counts.into_boxed_slice(),
+            updated_ms,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A time on a minute boundary, so windows of 60 s start here.
+    const T0: i64 = 1_700_000_040_000;
+
+    fn params(limit: u64, window_ms: u64, precision: u16) -> SlidingCounterParams {
+        SlidingCounterParams {
+            limit,
+            window_ms,
+            precision,
+        }
+    }
+
+    fn call(
+        state: &mut Option<SlidingCounter>,
+        p: SlidingCounterParams,
+        now_ms: i64,
+        cost: u64,
+        mode: Mode,
+    ) -> Decision {
+        let (decision, next) = SlidingCounter::check_with(state.as_ref(), p, now_ms, cost, mode);
+        if let Some(next) = next {
+            *state = Some(next);
+        }
+        decision
+    }
+
+    #[test]
+    fn t0_is_on_a_window_boundary() {
+        assert_eq!(T0 % 60_000, 0);
+    }
+
+    #[test]
+    fn allows_up_to_the_limit_within_one_window() {
+        let mut s = None;
+        let p = params(3, 60_000, 1);
+        for left in [2, 1, 0] {
+            let d = call(&mut s, p, T0 + 10, 1, Mode::Take);
+            assert_eq!((d.allowed, d.remaining), (true, left));
+        }
+        assert!(!call(&mut s, p, T0 + 20, 1, Mode::Take).allowed);
+    }
+
+    #[test]
+    fn the_previous_window_counts_by_its_overlap() {
+        let mut s = None;
+        let p = params(100, 60_000, 1);
+        call(&mut s, p, T0 + 30_000, 80, Mode::Take);
+        // 15 s into the next window, 75% of the previous one overlaps:
+        // estimate 80 * 0.75 = 60, so 40 remain.
+        let d = call(&mut s, p, T0 + 75_000, 1, Mode::Peek);
+        assert_eq!(d.remaining, 40);
+        let d = call(&mut s, p, T0 + 75_000, 41, Mode::Take);
+        assert!(!d.allowed);
+        let d = call(&mut s, p, T0 + 75_000, 40, Mode::Take);
+        assert_eq!((d.allowed, d.remaining), (true, 0));
+    }
+
+    #[test]
+    fn a_burst_across_a_boundary_is_not_let_through_twice() {
+        for precision in [1, 4, 60] {
+            let mut s = None;
+            let p = params(100, 60_000, precision);
+            let mut allowed = 0;
+            for t in [T0 + 59_999, T0 + 60_000] {
+                for _ in 0..100 {
+                    allowed += u32::from(call(&mut s, p, t, 1, Mode::Take).allowed);
+                }
+            }
+            assert!(allowed <= 101, "precision {precision}: {allowed} in 1 ms");
+        }
+    }
+
+    #[test]
+    fn retry_after_is_the_first_moment_the_request_fits() {
+        for precision in [1, 3, 10] {
+            let p = params(10, 1000, precision);
+            let mut s = None;
+            call(&mut s, p, T0 + 200, 6, Mode::Take);
+            call(&mut s, p, T0 + 700, 4, Mode::Take);
+            for cost in [1, 5, 10] {
+                let d = call(&mut s, p, T0 + 900, cost, Mode::Peek);
+                assert!(!d.allowed);
+                let at = T0 + 900 + d.retry_after_ms;
+                assert!(!call(&mut s, p, at - 1, cost, Mode::Peek).allowed);
+                assert!(
+                    call(&mut s, p, at, cost, Mode::Peek).allowed,
+                    "precision {precision} cost {cost}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn finer_precision_forgets_old_requests_sooner() {
+        let coarse = params(10, 1000, 1);
+        let fine = params(10, 1000, 10);
+        let (mut a, mut b) = (None, None);
+        call(&mut a, coarse, T0 + 50, 10, Mode::Take);
+        call(&mut b, fine, T0 + 50, 10, Mode::Take);
+        let ra = call(&mut a, coarse, T0 + 1050, 1, Mode::Peek);
+        let rb = call(&mut b, fine, T0 + 1150, 1, Mode::Peek);
+        // Exactly: all 10 requests left the window by T0 + 1051.
+        assert_eq!(rb.remaining, 10);
+        assert!(ra.remaining < 10);
+    }
+
+    #[test]
+    fn cost_above_the_limit_can_never_be_allowed() {
+        let mut s = None;
+        let d = call(&mut s, params(5, 1000, 1), T0, 6, Mode::Take);
+        assert_eq!((d.allowed, d.retry_after_ms), (false, -1));
+        assert!(s.is_none());
+    }
+
+    #[test]
+    fn reset_is_when_the_last_request_has_slid_out() {
+        let mut s = None;
+        let p = params(5, 1000, 1);
+        let d = call(&mut s, p, T0 + 300, 1, Mode::Take);
+        // Counted in the window [T0, T0+1000), weighted until T0 + 2000.
+        assert_eq!(d.reset_after_ms, 1700);
+        let d = call(&mut s, p, T0 + 1999, 1, Mode::Peek);
+        assert_eq!(d.remaining, 4);
+        let d = call(&mut s, p, T0 + 2000, 1, Mode::Peek);
+        assert_eq!((d.remaining, d.reset_after_ms), (5, 0));
+    }
+
+    #[test]
+    fn a_clock_stepping_back_means_no_time_passed() {
+        let mut s = None;
+        let p = params(2, 1000, 1);
+        call(&mut s, p, T0 + 500, 2, Mode::Take);
+        let d = call(&mut s, p, T0 - 5000, 1, Mode::Take);
+        assert!(!d.allowed);
+        assert_eq!(s.as_ref().map(|s| s.updated_ms), Some(T0 + 500));
+    }
+
+    #[test]
+    fn a_new_window_carries_the_estimate_over() {
+        let mut s = None;
+        call(&mut s, params(10, 1000, 1), T0 + 100, 7, Mode::Take);
+        let d = call(&mut s, params(10, 5000, 2), T0 + 200, 1, Mode::Take);
+        assert_eq!(d.remaining, 2);
+    }
+
+    #[test]
+    fn a_new_limit_applies_to_the_counts_as_they_are() {
+        let mut s = None;
+        call(&mut s, params(10, 1000, 1), T0 + 100, 7, Mode::Take);
+        let d = call(&mut s, params(8, 1000, 1), T0 + 200, 1, Mode::Take);
+        assert_eq!((d.allowed, d.remaining), (true, 0));
+    }
+
+    #[test]
+    fn encoding_round_trips_and_rejects_bad_values() {
+        let mut s = None;
+        call(&mut s, params(9, 60_000, 6), T0 + 12_345, 4, Mode::Take);
+        let state = s.unwrap_or_else(|| SlidingCounter::fresh(params(1, 1, 1), 0));
+        let mut buf = Vec::new();
+        state.encode_body(&mut buf);
+        assert_eq!(
+            SlidingCounter::decode_body(&mut Reader::new(&buf)),
+            Ok(state.clone())
+        );
+        assert!(SlidingCounter::decode_body(&mut Reader::new(&buf[..buf.len() - 8])).is_err());
+        let mut longer = buf.clone();
+        longer.extend_from_slice(&[0; 8]);
+        assert!(SlidingCounter::decode_body(&mut Reader::new(&longer)).is_err());
+        let mut zero_window = buf.clone();
+        zero_window[8..16].fill(0);
+        assert!(SlidingCounter::decode_body(&mut Reader::new(&zero_window)).is_err());
+    }
+}

@@ -1,0 +1,2 @@
+pub mod algorithms;
+pub mod encoding;
