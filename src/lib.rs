@@ -1,2 +1,4 @@
 pub mod algorithms;
 pub mod encoding;
+pub mod error;
+pub mod parse;

@@ -6,7 +6,11 @@
 //! time-dependent behaviour can be tested with a fake clock. The Redis layer
 //! (`crate::redis`) only parses, loads, calls, stores, replicates and replies.
 
+pub mod fixed_window;
+pub mod gcra;
+pub mod leaky_bucket;
 pub mod sliding_counter;
+pub mod sliding_log;
 pub mod token_bucket;
 
 use crate::encoding::{DecodeError, Reader};
@@ -37,6 +41,10 @@ pub struct Decision {
     pub retry_after_ms: i64,
     /// Milliseconds until the key is back to its fresh state.
     pub reset_after_ms: i64,
+    /// Leaky bucket only: how long an allowed caller should wait before
+    /// acting so that the output flows at the steady rate. Replied as a 6th
+    /// element when present.
+    pub delay_ms: Option<i64>,
 }
 
 /// Whether a check takes what it allows, or only looks.

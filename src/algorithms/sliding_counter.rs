@@ -193,6 +193,7 @@ impl Algorithm for SlidingCounter {
             remaining: u64::try_from(remaining).unwrap_or(0),
             retry_after_ms,
             reset_after_ms: self.fresh_at_ms().saturating_sub(now_ms).max(0),
+            delay_ms: None,
         }
     }
 

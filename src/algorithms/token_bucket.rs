@@ -111,6 +111,7 @@ impl Algorithm for TokenBucket {
             remaining: self.tokens.floor() as u64,
             retry_after_ms,
             reset_after_ms: self.fresh_at_ms().saturating_sub(now_ms).max(0),
+            delay_ms: None,
         }
     }
 

@@ -1,0 +1,290 @@
+//! Parsing of command arguments, in plain Rust: numbers, durations with units,
+//! and the option words shared by every check command. Every failure is a
+//! [`CommandError`] carrying the one conventional reply text for it.
+
+use crate::algorithms::{MAX_AMOUNT, MAX_DURATION_MS};
+use crate::error::CommandError;
+
+/// The options every check command takes after its parameters, plus
+/// `PRECISION` where the algorithm has it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckOptions {
+    /// How much of the limit this request uses (`COST n`, default 1).
+    pub cost: u64,
+    /// `PEEK`: answer and change nothing.
+    pub peek: bool,
+    /// `PRECISION n`, when given.
+    pub precision: Option<u16>,
+}
+
+/// Which option words a command accepts besides `COST` and `PEEK`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtraOption {
+    None,
+    Precision { max: u16 },
+}
+
+/// A whole number from 1 to 2^53-1: limits, capacities, costs.
+pub fn amount(arg: &[u8], name: &str) -> Result<u64, CommandError> {
+    let err = || CommandError::must_be(name, "an integer from 1 to 9007199254740991");
+    if arg.is_empty() || arg.len() > 16 || !arg.iter().all(u8::is_ascii_digit) {
+        return Err(err());
+    }
+    let value = arg
+        .iter()
+        .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'));
+    if (1..=MAX_AMOUNT).contains(&value) {
+        Ok(value)
+    } else {
+        Err(err())
+    }
+}
+
+/// A whole number in `1..=max`, for small settings such as `PRECISION`.
+pub fn small_count(arg: &[u8], name: &str, max: u16) -> Result<u16, CommandError> {
+    let err = || CommandError::must_be(name, &format!("an integer from 1 to {max}"));
+    let value = amount(arg, name).map_err(|_| err())?;
+    match u16::try_from(value) {
+        Ok(v) if v <= max => Ok(v),
+        _ => Err(err()),
+    }
+}
+
+/// A plain decimal: digits with at most one decimal point (`1000`, `0.5`,
+/// `.25`). No sign, exponent, `inf` or `nan`: what a person would write.
+fn decimal(text: &[u8]) -> Option<f64> {
+    let digits = text.iter().filter(|b| b.is_ascii_digit()).count();
+    let points = text.iter().filter(|&&b| b == b'.').count();
+    if digits == 0 || points > 1 || digits + points != text.len() {
+        return None;
+    }
+    let value: f64 = std::str::from_utf8(text).ok()?.parse().ok()?;
+    value.is_finite().then_some(value)
+}
+
+/// A rate: a finite decimal greater than 0 (per second).
+pub fn rate(arg: &[u8], name: &str) -> Result<f64, CommandError> {
+    match decimal(arg) {
+        Some(v) if v > 0.0 => Ok(v),
+        _ => Err(CommandError::must_be(
+            name,
+            "a number greater than 0, such as 0.5 or 1000",
+        )),
+    }
+}
+
+/// A duration: a decimal with an optional unit `ms`, `s`, `m`, `h` or `d`
+/// (seconds when none), from 1 ms to 366 days, rounded to the nearest ms.
+pub fn duration_ms(arg: &[u8], name: &str) -> Result<u64, CommandError> {
+    let err = || {
+        CommandError::must_be(
+            name,
+            "a duration from 1ms to 366d: a number with an optional unit ms, s, m, h or d (seconds if none)",
+        )
+    };
+    let lower = arg.to_ascii_lowercase();
+    let (number, unit_ms) = if let Some(n) = lower.strip_suffix(b"ms") {
+        (n, 1.0)
+    } else if let Some(n) = lower.strip_suffix(b"s") {
+        (n, 1000.0)
+    } else if let Some(n) = lower.strip_suffix(b"m") {
+        (n, 60_000.0)
+    } else if let Some(n) = lower.strip_suffix(b"h") {
+        (n, 3_600_000.0)
+    } else if let Some(n) = lower.strip_suffix(b"d") {
+        (n, 86_400_000.0)
+    } else {
+        (&lower[..], 1000.0)
+    };
+    let ms = decimal(number).ok_or_else(err)? * unit_ms;
+    if ms < 1.0 || ms > MAX_DURATION_MS as f64 {
+        return Err(err());
+    }
+    Ok(ms.round() as u64)
+}
+
+/// Parses the option words after a command's parameters: each at most once,
+/// in any order, case-insensitive.
+pub fn check_options(args: &[&[u8]], extra: ExtraOption) -> Result<CheckOptions, CommandError> {
+    let mut options = CheckOptions {
+        cost: 1,
+        peek: false,
+        precision: None,
+    };
+    let (mut seen_cost, mut seen_peek) = (false, false);
+    let mut words = args.iter();
+    while let Some(word) = words.next() {
+        let upper = word.to_ascii_uppercase();
+        match (&upper[..], extra) {
+            (b"COST", _) => {
+                once(&mut seen_cost, "COST")?;
+                options.cost = amount(value_of(words.next(), "COST")?, "COST")?;
+            }
+            (b"PEEK", _) => {
+                once(&mut seen_peek, "PEEK")?;
+                options.peek = true;
+            }
+            (b"PRECISION", ExtraOption::Precision { max }) => {
+                if options.precision.is_some() {
+                    return Err(CommandError::repeated_option("PRECISION"));
+                }
+                let value = value_of(words.next(), "PRECISION")?;
+                options.precision = Some(small_count(value, "PRECISION", max)?);
+            }
+            _ => return Err(CommandError::unknown_option(word)),
+        }
+    }
+    Ok(options)
+}
+
+fn once(seen: &mut bool, name: &str) -> Result<(), CommandError> {
+    if std::mem::replace(seen, true) {
+        Err(CommandError::repeated_option(name))
+    } else {
+        Ok(())
+    }
+}
+
+fn value_of<'a>(arg: Option<&&'a [u8]>, name: &str) -> Result<&'a [u8], CommandError> {
+    arg.copied()
+        .ok_or_else(|| CommandError::syntax(&format!("{name} needs a value")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(r: Result<impl std::fmt::Debug, CommandError>) -> String {
+        match r {
+            Ok(v) => format!("ok {v:?}"),
+            Err(e) => e.text().to_string(),
+        }
+    }
+
+    #[test]
+    fn amounts_are_whole_numbers_from_one_to_2_pow_53_minus_1() {
+        assert_eq!(amount(b"1", "limit"), Ok(1));
+        assert_eq!(amount(b"9007199254740991", "limit"), Ok(MAX_AMOUNT));
+        assert_eq!(amount(b"007", "limit"), Ok(7));
+        for bad in [
+            &b""[..],
+            b"0",
+            b"-1",
+            b"+1",
+            b"1.0",
+            b"1e3",
+            b" 1",
+            b"9007199254740992",
+            b"99999999999999999999",
+        ] {
+            assert_eq!(
+                text(amount(bad, "limit")),
+                "ERR limit must be an integer from 1 to 9007199254740991",
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn rates_are_plain_positive_decimals() {
+        assert_eq!(rate(b"0.5", "rate"), Ok(0.5));
+        assert_eq!(rate(b"1000", "rate"), Ok(1000.0));
+        assert_eq!(rate(b".25", "rate"), Ok(0.25));
+        for bad in [
+            &b"0"[..],
+            b"0.0",
+            b"-1",
+            b"nan",
+            b"inf",
+            b"infinity",
+            b"1e3",
+            b"1.2.3",
+            b".",
+            b"",
+            b"0x10",
+        ] {
+            assert!(text(rate(bad, "rate")).starts_with("ERR rate must be"), "{bad:?}");
+        }
+        let huge = vec![b'9'; 400];
+        assert!(rate(&huge, "rate").is_err(), "overflow to infinity");
+    }
+
+    #[test]
+    fn durations_take_units_and_default_to_seconds() {
+        for (arg, ms) in [
+            (&b"60"[..], 60_000),
+            (b"1.5s", 1500),
+            (b"250ms", 250),
+            (b"250MS", 250),
+            (b"2m", 120_000),
+            (b"1h", 3_600_000),
+            (b"1d", 86_400_000),
+            (b"366d", 366 * 86_400_000),
+            (b"1ms", 1),
+            (b"0.001", 1),
+            (b"1.6ms", 2),
+        ] {
+            assert_eq!(duration_ms(arg, "window"), Ok(ms), "{arg:?}");
+        }
+        for bad in [
+            &b"0"[..],
+            b"0.5ms",
+            b"0.0001",
+            b"367d",
+            b"10x",
+            b"ms",
+            b"-1s",
+            b"1 s",
+            b"nan",
+            b"infs",
+            b"1e3",
+            b"",
+        ] {
+            assert!(
+                text(duration_ms(bad, "window")).starts_with("ERR window must be a duration"),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn options_come_in_any_order_and_any_case_once_each() {
+        let none = ExtraOption::None;
+        assert_eq!(
+            check_options(&[b"peek", b"Cost", b"5"], none),
+            Ok(CheckOptions {
+                cost: 5,
+                peek: true,
+                precision: None
+            })
+        );
+        let cases: [(&[&[u8]], &str); 6] = [
+            (&[b"COST"], "ERR syntax error: COST needs a value"),
+            (&[b"COST", b"0"], "ERR COST must be an integer from 1 to 9007199254740991"),
+            (&[b"PEEK", b"peek"], "ERR syntax error: PEEK given more than once"),
+            (&[b"COST", b"1", b"COST", b"2"], "ERR syntax error: COST given more than once"),
+            (&[b"FAST"], "ERR syntax error: unknown option 'FAST'"),
+            (&[b"PRECISION", b"5"], "ERR syntax error: unknown option 'PRECISION'"),
+        ];
+        for (args, expected) in cases {
+            assert_eq!(text(check_options(args, none)), expected, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn precision_is_bounded_where_accepted() {
+        let p = ExtraOption::Precision { max: 1000 };
+        assert_eq!(
+            check_options(&[b"PRECISION", b"60"], p).map(|o| o.precision),
+            Ok(Some(60))
+        );
+        assert_eq!(
+            text(check_options(&[b"precision", b"1001"], p)),
+            "ERR PRECISION must be an integer from 1 to 1000"
+        );
+        assert_eq!(
+            text(check_options(&[b"PRECISION", b"2", b"PRECISION", b"2"], p)),
+            "ERR syntax error: PRECISION given more than once"
+        );
+    }
+}
