@@ -3,27 +3,42 @@
 
 use std::borrow::Cow;
 
-/// An error reply, already in Redis's `CODE message` form.
+/// An error reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommandError(Cow<'static, str>);
+pub enum CommandError {
+    /// Too few or too many arguments: answered with Redis's own text, which
+    /// names the command as the client spelled it.
+    Arity,
+    /// Any other error, already in Redis's `CODE message` form.
+    Reply(Cow<'static, str>),
+}
+
+use CommandError::Reply;
 
 impl CommandError {
     /// The full reply text, e.g. `ERR capacity must be ...`.
     pub fn text(&self) -> &str {
-        &self.0
+        match self {
+            CommandError::Arity => "ERR wrong number of arguments",
+            Reply(text) => text,
+        }
     }
 
     /// A parameter with a value outside what it accepts.
     pub fn must_be(parameter: &str, accepted: &str) -> Self {
-        Self(format!("ERR {parameter} must be {accepted}").into())
+        Reply(format!("ERR {parameter} must be {accepted}").into())
     }
 
     pub fn syntax(detail: &str) -> Self {
-        Self(format!("ERR syntax error: {detail}").into())
+        Reply(format!("ERR syntax error: {detail}").into())
     }
 
     pub fn unknown_option(word: &[u8]) -> Self {
-        let shown: String = String::from_utf8_lossy(word).chars().take(64).collect();
+        let shown: String = String::from_utf8_lossy(word)
+            .chars()
+            .take(64)
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect();
         Self::syntax(&format!("unknown option '{shown}'"))
     }
 
@@ -32,17 +47,13 @@ impl CommandError {
     }
 
     pub fn wrong_type() -> Self {
-        Self(Cow::Borrowed(
+        Reply(Cow::Borrowed(
             "WRONGTYPE Operation against a key holding the wrong kind of value",
         ))
     }
 
-    pub fn wrong_arity(command: &str) -> Self {
-        Self(format!("ERR wrong number of arguments for '{command}' command").into())
-    }
-
     /// A state given to `RL.SETSTATE` that this module could not have written.
     pub fn invalid_state(reason: &str) -> Self {
-        Self(format!("ERR state must be a state written by this module ({reason})").into())
+        Reply(format!("ERR state must be a state written by this module ({reason})").into())
     }
 }

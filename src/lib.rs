@@ -1,4 +1,24 @@
+//! redis-ratelimit: rate limiting as native Redis commands.
+//!
+//! `algorithms` holds each algorithm as plain Rust with an injected clock;
+//! `parse` and `encoding` are plain Rust too; `redis` is the thin layer that
+//! talks to the Redis module API.
+
 pub mod algorithms;
 pub mod encoding;
 pub mod error;
 pub mod parse;
+#[cfg(not(test))]
+mod redis;
+
+#[cfg(not(test))]
+use redis::{init, types::{SLIDING_COUNTER_TYPE, TOKEN_BUCKET_TYPE}};
+
+#[cfg(not(test))]
+redis_module::redis_module! {
+    name: "ratelimit",
+    version: 1,
+    allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+    data_types: [TOKEN_BUCKET_TYPE, SLIDING_COUNTER_TYPE],
+    init: init,
+}

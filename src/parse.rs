@@ -2,8 +2,41 @@
 //! and the option words shared by every check command. Every failure is a
 //! [`CommandError`] carrying the one conventional reply text for it.
 
+use crate::algorithms::sliding_counter::{SlidingCounterParams, MAX_PRECISION};
+use crate::algorithms::token_bucket::TokenBucketParams;
 use crate::algorithms::{MAX_AMOUNT, MAX_DURATION_MS};
 use crate::error::CommandError;
+
+/// `RL.TOKENBUCKET key capacity rate [COST n] [PEEK]`, after the key.
+pub fn token_bucket(args: &[&[u8]]) -> Result<(TokenBucketParams, CheckOptions), CommandError> {
+    let [capacity, rate_per_s, options @ ..] = args else {
+        return Err(CommandError::Arity);
+    };
+    let params = TokenBucketParams {
+        capacity: amount(capacity, "capacity")?,
+        rate_per_s: rate(rate_per_s, "rate")?,
+    };
+    Ok((params, check_options(options, ExtraOption::None)?))
+}
+
+/// `RL.SLIDINGCOUNTER key limit window [PRECISION n] [COST n] [PEEK]`, after
+/// the key. `PRECISION` defaults to 1 (Cloudflare's two-window estimate).
+pub fn sliding_counter(
+    args: &[&[u8]],
+) -> Result<(SlidingCounterParams, CheckOptions), CommandError> {
+    let [limit, window, options @ ..] = args else {
+        return Err(CommandError::Arity);
+    };
+    let limit = amount(limit, "limit")?;
+    let window_ms = duration_ms(window, "window")?;
+    let options = check_options(options, ExtraOption::Precision { max: MAX_PRECISION })?;
+    let params = SlidingCounterParams {
+        limit,
+        window_ms,
+        precision: options.precision.unwrap_or(1),
+    };
+    Ok((params, options))
+}
 
 /// The options every check command takes after its parameters, plus
 /// `PRECISION` where the algorithm has it.
@@ -269,6 +302,28 @@ mod tests {
         for (args, expected) in cases {
             assert_eq!(text(check_options(args, none)), expected, "{args:?}");
         }
+    }
+
+    #[test]
+    fn parameters_come_before_options_and_are_all_required() {
+        assert_eq!(token_bucket(&[b"10"]), Err(CommandError::Arity));
+        assert_eq!(
+            token_bucket(&[b"10", b"0.5", b"PEEK"]).map(|(p, o)| (p.capacity, p.rate_per_s, o.peek)),
+            Ok((10, 0.5, true))
+        );
+        assert_eq!(
+            text(token_bucket(&[b"PEEK", b"10", b"1"])),
+            "ERR capacity must be an integer from 1 to 9007199254740991"
+        );
+        assert_eq!(
+            sliding_counter(&[b"100", b"1m", b"precision", b"60"]).map(|(p, _)| p),
+            Ok(SlidingCounterParams {
+                limit: 100,
+                window_ms: 60_000,
+                precision: 60
+            })
+        );
+        assert_eq!(sliding_counter(&[b"100", b"1m"]).map(|(p, _)| p.precision), Ok(1));
     }
 
     #[test]

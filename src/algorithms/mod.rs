@@ -13,7 +13,7 @@ pub mod sliding_counter;
 pub mod sliding_log;
 pub mod token_bucket;
 
-use crate::encoding::{DecodeError, Reader};
+use crate::encoding::{ensure, DecodeError, Reader};
 
 /// The largest limit, capacity or cost accepted: 2^53 - 1, the largest integer
 /// every client language (including JavaScript and Lua) represents exactly.
@@ -101,6 +101,21 @@ pub trait Algorithm: Clone + Sized {
     /// Read a state written by [`Algorithm::encode_body`], rejecting anything
     /// that is not a state this code could have produced.
     fn decode_body(input: &mut Reader<'_>) -> Result<Self, DecodeError>;
+
+    /// The state's full encoding: its tag, then its body.
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.push(Self::TAG);
+        self.encode_body(out);
+    }
+
+    /// Reads a full encoding written by [`Algorithm::encode`], every byte of it.
+    fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let mut input = Reader::new(bytes);
+        ensure(input.u8()? == Self::TAG, "state is of another algorithm")?;
+        let state = Self::decode_body(&mut input)?;
+        input.finish()?;
+        Ok(state)
+    }
 
     /// The whole life of one command, shared by every algorithm: start from
     /// the stored state (or a fresh one), take on `params`, check at `now_ms`

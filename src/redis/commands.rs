@@ -1,0 +1,158 @@
+//! The commands: parse, load, call the algorithm, store, replicate, reply.
+
+use std::ffi::c_int;
+
+use redis_module::raw;
+
+use super::api::{buffer_ptr, now_ms, reply_error, reply_integers, reply_ok, rm, Args};
+use super::key::Key;
+use super::types::{dispatch_on_tag, Stored, SET_STATE_COMMAND};
+use crate::algorithms::sliding_counter::SlidingCounter;
+use crate::algorithms::token_bucket::TokenBucket;
+use crate::algorithms::{Algorithm, Decision, Mode};
+use crate::error::CommandError;
+
+type Ctx = *mut raw::RedisModuleCtx;
+type Argv = *mut *mut raw::RedisModuleString;
+
+/// A command as Redis registers it.
+pub struct CommandSpec {
+    pub name: &'static std::ffi::CStr,
+    pub handler: unsafe extern "C" fn(Ctx, Argv, c_int) -> c_int,
+    pub flags: &'static std::ffi::CStr,
+    pub first_key: c_int,
+    pub last_key: c_int,
+    pub key_step: c_int,
+}
+
+/// Every command of the module.
+pub const COMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        name: c"rl.tokenbucket",
+        handler: check_command::<TokenBucket>,
+        flags: c"write deny-oom fast",
+        first_key: 1,
+        last_key: 1,
+        key_step: 1,
+    },
+    CommandSpec {
+        name: c"rl.slidingcounter",
+        handler: check_command::<SlidingCounter>,
+        flags: c"write deny-oom fast",
+        first_key: 1,
+        last_key: 1,
+        key_step: 1,
+    },
+    CommandSpec {
+        name: c"rl.setstate",
+        handler: set_state_command,
+        flags: c"write deny-oom fast",
+        first_key: 1,
+        last_key: 1,
+        key_step: 1,
+    },
+];
+
+/// `RL.<ALGORITHM> key <params> [COST n] [PEEK]`.
+unsafe extern "C" fn check_command<A: Stored>(ctx: Ctx, argv: Argv, argc: c_int) -> c_int {
+    // SAFETY: Redis passes this command's own argv/argc.
+    let args = unsafe { Args::new(argv, argc) };
+    match check::<A>(ctx, &args) {
+        Ok(decision) => reply_decision(ctx, &decision),
+        Err(error) => reply_error(ctx, &error),
+    }
+}
+
+fn check<A: Stored>(ctx: Ctx, args: &Args) -> Result<Decision, CommandError> {
+    let key_name = args.raw(1).ok_or(CommandError::Arity)?;
+    let (params, options) = A::parse(&args.bytes_from(2))?;
+    let mode = if options.peek { Mode::Peek } else { Mode::Take };
+    let key = Key::open(ctx, key_name, mode == Mode::Take);
+    let stored = key.value::<A>()?;
+    let (decision, next) = A::check_with(stored.as_deref(), params, now_ms(), options.cost, mode);
+    if let Some(next) = next {
+        let fresh_at_ms = next.fresh_at_ms();
+        let mut blob = Vec::with_capacity(64);
+        next.encode(&mut blob);
+        match stored {
+            Some(slot) => *slot = next,
+            None => key.set(next)?,
+        }
+        key.expire_at(fresh_at_ms);
+        signal_modified(ctx, key_name);
+        // SAFETY: `ctx` is the running command's; format "sb" takes the key
+        // string object, then the state's bytes and their length.
+        unsafe {
+            rm!(RedisModule_Replicate)(
+                ctx,
+                SET_STATE_COMMAND.as_ptr(),
+                c"sb".as_ptr(),
+                key_name,
+                buffer_ptr(&blob),
+                blob.len(),
+            )
+        };
+    }
+    Ok(decision)
+}
+
+fn reply_decision(ctx: Ctx, d: &Decision) -> c_int {
+    let five = [
+        i64::from(d.allowed),
+        d.limit as i64,
+        d.remaining as i64,
+        d.retry_after_ms,
+        d.reset_after_ms,
+    ];
+    match d.delay_ms {
+        None => reply_integers(ctx, &five),
+        Some(delay_ms) => {
+            let mut six = [0; 6];
+            six[..5].copy_from_slice(&five);
+            six[5] = delay_ms;
+            reply_integers(ctx, &six)
+        }
+    }
+}
+
+fn signal_modified(ctx: Ctx, key_name: *mut raw::RedisModuleString) {
+    // SAFETY: `ctx` and `key_name` belong to the running command.
+    unsafe { rm!(RedisModule_SignalModifiedKey)(ctx, key_name) };
+}
+
+/// `RL.SETSTATE key state`: sets `key` to an absolute state, as encoded by
+/// `crate::encoding`, expiring when that state is as good as new. This is how
+/// replicas and AOF files receive every change, so it checks its input as
+/// strictly as any command: a state this module could not have written is an
+/// error, and a key holding anything but that algorithm's type is WRONGTYPE.
+unsafe extern "C" fn set_state_command(ctx: Ctx, argv: Argv, argc: c_int) -> c_int {
+    // SAFETY: Redis passes this command's own argv/argc.
+    let args = unsafe { Args::new(argv, argc) };
+    let result = match (args.len(), args.raw(1), args.bytes(2)) {
+        (3, Some(key_name), Some(blob)) => dispatch_on_tag!(
+            blob,
+            set_state(ctx, key_name, blob),
+            Err(CommandError::invalid_state("unknown algorithm"))
+        ),
+        _ => Err(CommandError::Arity),
+    };
+    match result {
+        Ok(()) => reply_ok(ctx),
+        Err(error) => reply_error(ctx, &error),
+    }
+}
+
+fn set_state<A: Stored>(ctx: Ctx, key_name: *mut raw::RedisModuleString, blob: &[u8]) -> Result<(), CommandError> {
+    let state = A::decode(blob).map_err(|e| CommandError::invalid_state(e.0))?;
+    let key = Key::open(ctx, key_name, true);
+    let fresh_at_ms = state.fresh_at_ms();
+    match key.value::<A>()? {
+        Some(slot) => *slot = state,
+        None => key.set(state)?,
+    }
+    key.expire_at(fresh_at_ms);
+    signal_modified(ctx, key_name);
+    // SAFETY: `ctx` is the running command's.
+    unsafe { rm!(RedisModule_ReplicateVerbatim)(ctx) };
+    Ok(())
+}

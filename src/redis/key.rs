@@ -1,0 +1,95 @@
+//! An open Redis key holding (or about to hold) one of our types.
+
+use std::ffi::c_int;
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use super::api::rm;
+use super::types::Stored;
+use crate::error::CommandError;
+
+/// A key opened for one command, closed when dropped.
+pub struct Key {
+    ptr: *mut raw::RedisModuleKey,
+}
+
+impl Key {
+    /// Opens `name` for reading, or for reading and writing. Opening does not
+    /// create the key; setting a value does.
+    pub fn open(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, write: bool) -> Self {
+        let mode = if write {
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
+        } else {
+            raw::REDISMODULE_READ
+        };
+        // SAFETY: `ctx` and `name` belong to the running command.
+        let ptr = unsafe { rm!(RedisModule_OpenKey)(ctx, name, mode as c_int) };
+        Self { ptr }
+    }
+
+    fn holds(&self, ty: &RedisType) -> Result<bool, CommandError> {
+        if self.ptr.is_null() {
+            return Ok(false);
+        }
+        // SAFETY: `ptr` is an open key.
+        let key_type = unsafe { rm!(RedisModule_KeyType)(self.ptr) };
+        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
+            return Ok(false);
+        }
+        // SAFETY: `ptr` is an open key; for a non-module key Redis answers null.
+        let module_type = unsafe { rm!(RedisModule_ModuleTypeGetType)(self.ptr) };
+        if key_type == raw::REDISMODULE_KEYTYPE_MODULE as c_int && module_type == *ty.raw_type.borrow() {
+            Ok(true)
+        } else {
+            Err(CommandError::wrong_type())
+        }
+    }
+
+    /// The state the key holds: `None` when it does not exist, `WRONGTYPE`
+    /// when it holds anything but an `A` (another algorithm's state included).
+    pub fn value<A: Stored>(&self) -> Result<Option<&mut A>, CommandError> {
+        if !self.holds(A::redis_type())? {
+            return Ok(None);
+        }
+        // SAFETY: the key holds a value of A's type, which only this module
+        // creates, always from a `Box<A>`; it lives while the key is open and
+        // nothing else touches it during the command.
+        let value = unsafe { rm!(RedisModule_ModuleTypeGetValue)(self.ptr) }.cast::<A>();
+        // SAFETY: non-null values of our type are valid `A`s (see above).
+        Ok(unsafe { value.as_mut() })
+    }
+
+    /// Stores `value` in a key that holds nothing (or an `A`, which is freed).
+    pub fn set<A: Stored>(&self, value: A) -> Result<(), CommandError> {
+        let boxed = Box::into_raw(Box::new(value)).cast();
+        // SAFETY: `ptr` is a key opened for writing; Redis takes ownership of
+        // the box and hands it back to our `free` callback.
+        let status = unsafe {
+            rm!(RedisModule_ModuleTypeSetValue)(self.ptr, *A::redis_type().raw_type.borrow(), boxed)
+        };
+        if status == raw::REDISMODULE_OK as c_int {
+            Ok(())
+        } else {
+            // SAFETY: Redis refused the value, so the box is still ours.
+            drop(unsafe { Box::from_raw(boxed.cast::<A>()) });
+            Err(CommandError::wrong_type())
+        }
+    }
+
+    /// Makes the key expire at `unix_ms` (an absolute time, so a replica and
+    /// an AOF replay set the very same moment).
+    pub fn expire_at(&self, unix_ms: i64) {
+        // SAFETY: `ptr` is a key opened for writing that holds a value.
+        unsafe { rm!(RedisModule_SetAbsExpire)(self.ptr, unix_ms.max(1)) };
+    }
+}
+
+impl Drop for Key {
+    fn drop(&mut self) {
+        if !self.ptr.is_null() {
+            // SAFETY: `ptr` was opened by `open` and is closed once, here.
+            unsafe { rm!(RedisModule_CloseKey)(self.ptr) };
+        }
+    }
+}

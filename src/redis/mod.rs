@@ -1,0 +1,55 @@
+//! Everything that touches the Redis module API. Kept thin: it parses,
+//! loads, calls an algorithm, stores, replicates and replies.
+
+pub mod api;
+pub mod commands;
+pub mod key;
+pub mod types;
+
+use std::ffi::c_int;
+
+use redis_module::{raw, Context, RedisString, Status};
+
+use api::{missing_apis, rm};
+
+/// Module start-up: check the server has every API we call, take over
+/// key-modification signals (so a peek or a denial does not disturb `WATCH`),
+/// handle RDB read errors ourselves, and register the commands.
+pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    let missing = missing_apis();
+    if !missing.is_empty() {
+        ctx.log_warning(&format!(
+            "ratelimit: this server lacks module API functions: {}",
+            missing.join(", ")
+        ));
+        return Status::Err;
+    }
+    let raw_ctx = ctx.get_raw();
+    // SAFETY: `raw_ctx` is the loading context.
+    unsafe {
+        rm!(RedisModule_SetModuleOptions)(
+            raw_ctx,
+            (raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED | raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS) as c_int,
+        )
+    };
+    for command in commands::COMMANDS {
+        // SAFETY: `raw_ctx` is the loading context; the name and flags are C
+        // strings that Redis copies.
+        let status = unsafe {
+            rm!(RedisModule_CreateCommand)(
+                raw_ctx,
+                command.name.as_ptr(),
+                Some(command.handler),
+                command.flags.as_ptr(),
+                command.first_key,
+                command.last_key,
+                command.key_step,
+            )
+        };
+        if status != raw::REDISMODULE_OK as c_int {
+            ctx.log_warning(&format!("ratelimit: cannot register {:?}", command.name));
+            return Status::Err;
+        }
+    }
+    Status::Ok
+}
