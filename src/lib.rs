@@ -12,7 +12,10 @@ pub mod parse;
 mod redis;
 
 #[cfg(not(test))]
-use redis::{init, types::{SLIDING_COUNTER_TYPE, TOKEN_BUCKET_TYPE}};
+use redis::{
+    init,
+    types::{SLIDING_COUNTER_TYPE, TOKEN_BUCKET_TYPE},
+};
 
 #[cfg(not(test))]
 redis_module::redis_module! {

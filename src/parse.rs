@@ -236,7 +236,10 @@ mod tests {
             b"",
             b"0x10",
         ] {
-            assert!(text(rate(bad, "rate")).starts_with("ERR rate must be"), "{bad:?}");
+            assert!(
+                text(rate(bad, "rate")).starts_with("ERR rate must be"),
+                "{bad:?}"
+            );
         }
         let huge = vec![b'9'; 400];
         assert!(rate(&huge, "rate").is_err(), "overflow to infinity");
@@ -293,11 +296,23 @@ mod tests {
         );
         let cases: [(&[&[u8]], &str); 6] = [
             (&[b"COST"], "ERR syntax error: COST needs a value"),
-            (&[b"COST", b"0"], "ERR COST must be an integer from 1 to 9007199254740991"),
-            (&[b"PEEK", b"peek"], "ERR syntax error: PEEK given more than once"),
-            (&[b"COST", b"1", b"COST", b"2"], "ERR syntax error: COST given more than once"),
+            (
+                &[b"COST", b"0"],
+                "ERR COST must be an integer from 1 to 9007199254740991",
+            ),
+            (
+                &[b"PEEK", b"peek"],
+                "ERR syntax error: PEEK given more than once",
+            ),
+            (
+                &[b"COST", b"1", b"COST", b"2"],
+                "ERR syntax error: COST given more than once",
+            ),
             (&[b"FAST"], "ERR syntax error: unknown option 'FAST'"),
-            (&[b"PRECISION", b"5"], "ERR syntax error: unknown option 'PRECISION'"),
+            (
+                &[b"PRECISION", b"5"],
+                "ERR syntax error: unknown option 'PRECISION'",
+            ),
         ];
         for (args, expected) in cases {
             assert_eq!(text(check_options(args, none)), expected, "{args:?}");
@@ -308,7 +323,11 @@ mod tests {
     fn parameters_come_before_options_and_are_all_required() {
         assert_eq!(token_bucket(&[b"10"]), Err(CommandError::Arity));
         assert_eq!(
-            token_bucket(&[b"10", b"0.5", b"PEEK"]).map(|(p, o)| (p.capacity, p.rate_per_s, o.peek)),
+            token_bucket(&[b"10", b"0.5", b"PEEK"]).map(|(p, o)| (
+                p.capacity,
+                p.rate_per_s,
+                o.peek
+            )),
             Ok((10, 0.5, true))
         );
         assert_eq!(
@@ -323,7 +342,10 @@ mod tests {
                 precision: 60
             })
         );
-        assert_eq!(sliding_counter(&[b"100", b"1m"]).map(|(p, _)| p.precision), Ok(1));
+        assert_eq!(
+            sliding_counter(&[b"100", b"1m"]).map(|(p, _)| p.precision),
+            Ok(1)
+        );
     }
 
     #[test]

@@ -132,8 +132,14 @@ impl Algorithm for TokenBucket {
         let rate_per_s = input.f64()?;
         let tokens = input.f64()?;
         let updated_ms = input.i64()?;
-        ensure((1..=MAX_AMOUNT).contains(&capacity), "capacity out of range")?;
-        ensure(rate_per_s.is_finite() && rate_per_s > 0.0, "rate out of range")?;
+        ensure(
+            (1..=MAX_AMOUNT).contains(&capacity),
+            "capacity out of range",
+        )?;
+        ensure(
+            rate_per_s.is_finite() && rate_per_s > 0.0,
+            "rate out of range",
+        )?;
         ensure(
             tokens.is_finite() && (0.0..=capacity as f64).contains(&tokens),
             "tokens out of range",
@@ -344,5 +350,4 @@ mod tests {
         assert!(TokenBucket::decode_body(&mut Reader::new(&buf)).is_err());
         assert!(TokenBucket::decode_body(&mut Reader::new(&buf[..10])).is_err());
     }
-
 }

@@ -11,18 +11,16 @@ use crate::error::CommandError;
 
 /// The API function `$name`, checked at load time by [`missing_apis`].
 macro_rules! rm {
-    ($name:ident) => {
-        {
-            // SAFETY: Redis writes these pointers once, while loading the module,
-            // before any command or callback of ours can run; reading a copy is sound.
-            #[allow(unused_unsafe)]
-            let f = unsafe { redis_module::raw::$name };
-            match f {
-                Some(f) => f,
-                None => $crate::redis::api::missing_api(stringify!($name)),
-            }
+    ($name:ident) => {{
+        // SAFETY: Redis writes these pointers once, while loading the module,
+        // before any command or callback of ours can run; reading a copy is sound.
+        #[allow(unused_unsafe)]
+        let f = unsafe { redis_module::raw::$name };
+        match f {
+            Some(f) => f,
+            None => $crate::redis::api::missing_api(stringify!($name)),
         }
-    };
+    }};
 }
 pub(crate) use rm;
 

@@ -67,7 +67,7 @@ fn check<A: Stored>(ctx: Ctx, args: &Args) -> Result<Decision, CommandError> {
     let key_name = args.raw(1).ok_or(CommandError::Arity)?;
     let (params, options) = A::parse(&args.bytes_from(2))?;
     let mode = if options.peek { Mode::Peek } else { Mode::Take };
-    let key = Key::open(ctx, key_name, mode == Mode::Take);
+    let mut key = Key::open(ctx, key_name, mode == Mode::Take);
     let stored = key.value::<A>()?;
     let (decision, next) = A::check_with(stored.as_deref(), params, now_ms(), options.cost, mode);
     if let Some(next) = next {
@@ -142,9 +142,13 @@ unsafe extern "C" fn set_state_command(ctx: Ctx, argv: Argv, argc: c_int) -> c_i
     }
 }
 
-fn set_state<A: Stored>(ctx: Ctx, key_name: *mut raw::RedisModuleString, blob: &[u8]) -> Result<(), CommandError> {
+fn set_state<A: Stored>(
+    ctx: Ctx,
+    key_name: *mut raw::RedisModuleString,
+    blob: &[u8],
+) -> Result<(), CommandError> {
     let state = A::decode(blob).map_err(|e| CommandError::invalid_state(e.0))?;
-    let key = Key::open(ctx, key_name, true);
+    let mut key = Key::open(ctx, key_name, true);
     let fresh_at_ms = state.fresh_at_ms();
     match key.value::<A>()? {
         Some(slot) => *slot = state,

@@ -17,7 +17,11 @@ pub struct Key {
 impl Key {
     /// Opens `name` for reading, or for reading and writing. Opening does not
     /// create the key; setting a value does.
-    pub fn open(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, write: bool) -> Self {
+    pub fn open(
+        ctx: *mut raw::RedisModuleCtx,
+        name: *mut raw::RedisModuleString,
+        write: bool,
+    ) -> Self {
         let mode = if write {
             raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
         } else {
@@ -39,7 +43,9 @@ impl Key {
         }
         // SAFETY: `ptr` is an open key; for a non-module key Redis answers null.
         let module_type = unsafe { rm!(RedisModule_ModuleTypeGetType)(self.ptr) };
-        if key_type == raw::REDISMODULE_KEYTYPE_MODULE as c_int && module_type == *ty.raw_type.borrow() {
+        if key_type == raw::REDISMODULE_KEYTYPE_MODULE as c_int
+            && module_type == *ty.raw_type.borrow()
+        {
             Ok(true)
         } else {
             Err(CommandError::wrong_type())
@@ -48,7 +54,7 @@ impl Key {
 
     /// The state the key holds: `None` when it does not exist, `WRONGTYPE`
     /// when it holds anything but an `A` (another algorithm's state included).
-    pub fn value<A: Stored>(&self) -> Result<Option<&mut A>, CommandError> {
+    pub fn value<A: Stored>(&mut self) -> Result<Option<&mut A>, CommandError> {
         if !self.holds(A::redis_type())? {
             return Ok(None);
         }

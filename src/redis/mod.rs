@@ -29,7 +29,8 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     unsafe {
         rm!(RedisModule_SetModuleOptions)(
             raw_ctx,
-            (raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED | raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS) as c_int,
+            (raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED
+                | raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS) as c_int,
         )
     };
     for command in commands::COMMANDS {

@@ -113,12 +113,20 @@ unsafe extern "C" fn rdb_save<A: Stored>(rdb: *mut raw::RedisModuleIO, value: *m
 
 /// Reads a state back; any buffer that is not exactly one this module writes
 /// fails the load (null), logged, without a panic.
-unsafe extern "C" fn rdb_load<A: Stored>(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+unsafe extern "C" fn rdb_load<A: Stored>(
+    rdb: *mut raw::RedisModuleIO,
+    encver: c_int,
+) -> *mut c_void {
     let refuse = |why: &str| {
-        let msg = std::ffi::CString::new(format!("ratelimit: cannot load a {} value: {why}", A::redis_type_name()))
-            .unwrap_or_default();
+        let msg = std::ffi::CString::new(format!(
+            "ratelimit: cannot load a {} value: {why}",
+            A::redis_type_name()
+        ))
+        .unwrap_or_default();
         // SAFETY: `rdb` is the open stream; the format is "%s" with one C string.
-        unsafe { rm!(RedisModule_LogIOError)(rdb, c"warning".as_ptr(), c"%s".as_ptr(), msg.as_ptr()) };
+        unsafe {
+            rm!(RedisModule_LogIOError)(rdb, c"warning".as_ptr(), c"%s".as_ptr(), msg.as_ptr())
+        };
         std::ptr::null_mut()
     };
     if encver != ENCODING_VERSION {
@@ -212,6 +220,9 @@ trait TypeName {
 
 impl<A: Stored> TypeName for A {
     fn redis_type_name() -> &'static str {
-        std::any::type_name::<A>().rsplit("::").next().unwrap_or("ratelimit")
+        std::any::type_name::<A>()
+            .rsplit("::")
+            .next()
+            .unwrap_or("ratelimit")
     }
 }
