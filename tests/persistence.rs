@@ -193,3 +193,88 @@ fn a_replica_holds_exactly_the_primary_state() {
     let dr: String = redis::cmd("DEBUG").arg("DIGEST").query(&mut r).unwrap();
     assert_eq!(dp, dr, "the datasets differ");
 }
+
+/// Redis's CRC-64 (Jones polynomial, reflected), which seals DUMP payloads.
+fn crc64(bytes: &[u8]) -> u64 {
+    let mut crc = 0u64;
+    for &b in bytes {
+        crc ^= u64::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0x95AC_9329_AC4B_C9B5
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    crc
+}
+
+/// Re-seals a DUMP payload after editing it.
+fn reseal(payload: &mut [u8]) {
+    let body = payload.len() - 8;
+    let crc = crc64(&payload[..body]);
+    payload[body..].copy_from_slice(&crc.to_le_bytes());
+}
+
+#[test]
+fn a_corrupt_or_future_serialized_state_is_refused_without_a_crash() {
+    // Uncompressed, so the state's bytes can be found and edited.
+    let mut server = Server::start(&["--rdbcompression", "no"]);
+    let mut con = server.connect();
+    check(
+        &mut con,
+        &["RL.TOKENBUCKET", "tb", "10", "0.01", "COST", "3"],
+    );
+    let good = dump(&mut con, "tb").unwrap();
+    let mut resealed = good.clone();
+    reseal(&mut resealed);
+    assert_eq!(resealed, good, "the test's CRC-64 must match Redis's");
+
+    // The state inside the payload: tag 1, then capacity 10 (little-endian).
+    let mut pattern = vec![1u8];
+    pattern.extend_from_slice(&10u64.to_le_bytes());
+    let at = good
+        .windows(pattern.len())
+        .position(|w| w == pattern)
+        .expect("state not found in the DUMP payload");
+
+    let restore = |con: &mut Connection, payload: &[u8]| {
+        redis::cmd("RESTORE")
+            .arg("copy")
+            .arg(0)
+            .arg(payload)
+            .query::<String>(con)
+    };
+    assert_eq!(restore(&mut con, &good).unwrap(), "OK");
+    run(&mut con, &["DEL", "copy"]).unwrap();
+
+    let mut too_many_tokens = good.clone();
+    too_many_tokens[at + 17..at + 25].copy_from_slice(&11.0f64.to_le_bytes());
+    reseal(&mut too_many_tokens);
+    let mut unknown_tag = good.clone();
+    unknown_tag[at] = 200;
+    reseal(&mut unknown_tag);
+    // The module id's low 10 bits are the encoding version: ask for v2.
+    let mut future_version = good.clone();
+    future_version[at - 2 - 8 + 7] = (future_version[at - 2 - 8 + 7] & 0xFC) | 2;
+    let mut other = good.clone();
+    other[at - 2 - 8 + 7] = future_version[at - 2 - 8 + 7];
+    reseal(&mut future_version);
+    assert_ne!(other, good, "the version byte was not where expected");
+
+    for (name, payload) in [
+        ("tokens above capacity", too_many_tokens),
+        ("unknown tag", unknown_tag),
+        ("future encoding version", future_version),
+    ] {
+        let result = restore(&mut con, &payload);
+        assert!(result.is_err(), "{name}: RESTORE accepted it");
+        assert!(!exists(&mut con, "copy"), "{name}: a key was created");
+    }
+    assert!(server.is_alive(), "the server died");
+    assert!(
+        server.log().contains("ratelimit: cannot load"),
+        "no log line"
+    );
+}

@@ -142,19 +142,22 @@ impl Algorithm for SlidingCounter {
     }
 
     /// A new limit applies to the counts as they are. A new window or
-    /// precision changes the buckets themselves: the current estimate
-    /// (rounded up) moves into the new current bucket, so nothing counted is
-    /// forgotten, and it then slides out over one new window.
-    fn reconfigure(&mut self, params: SlidingCounterParams, now_ms: i64) {
+    /// precision changes the buckets themselves: the estimate at the last
+    /// stored update (rounded up) moves into the new bucket of that moment, so
+    /// nothing counted is forgotten, and it then slides out over one new
+    /// window. Measured at the last update, not at `now`, so that the answer
+    /// does not depend on how many denied calls (which store nothing) came
+    /// between.
+    fn reconfigure(&mut self, params: SlidingCounterParams, _now_ms: i64) {
         if params.window_ms == self.params.window_ms && params.precision == self.params.precision {
             self.params.limit = params.limit;
             return;
         }
-        self.advance(now_ms);
-        let used = self.used_scaled(now_ms);
+        let at_ms = self.updated_ms;
+        let used = self.used_scaled(at_ms);
         let carried = (used + self.w() - 1).div_euclid(self.w());
-        let mut next = Self::fresh(params, now_ms);
-        let slot = next.slot(next.bucket_of(now_ms));
+        let mut next = Self::fresh(params, at_ms);
+        let slot = next.slot(next.bucket_of(at_ms));
         if let Some(count) = next.counts.get_mut(slot) {
             *count = u64::try_from(carried).unwrap_or(MAX_AMOUNT).min(MAX_AMOUNT);
         }
@@ -407,6 +410,18 @@ mod tests {
         call(&mut s, params(10, 1000, 1), T0 + 100, 7, Mode::Take);
         let d = call(&mut s, params(10, 5000, 2), T0 + 200, 1, Mode::Take);
         assert_eq!(d.remaining, 2);
+    }
+
+    #[test]
+    fn the_retry_after_promised_after_a_window_change_holds() {
+        let mut s = None;
+        call(&mut s, params(10, 1000, 1), T0 + 100, 10, Mode::Take);
+        let changed = params(10, 3000, 3);
+        let d = call(&mut s, changed, T0 + 200, 4, Mode::Take);
+        assert!(!d.allowed);
+        let at = T0 + 200 + d.retry_after_ms;
+        assert!(!call(&mut s, changed, at - 1, 4, Mode::Take).allowed);
+        assert!(call(&mut s, changed, at, 4, Mode::Take).allowed);
     }
 
     #[test]

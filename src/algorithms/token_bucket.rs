@@ -77,11 +77,13 @@ impl Algorithm for TokenBucket {
         self.params
     }
 
-    /// Tokens carry over, refilled at the old rate up to now, then clamped to
-    /// the new capacity; from now on the new rate applies. A larger capacity
-    /// does not add tokens at once: the bucket refills into it.
-    fn reconfigure(&mut self, params: TokenBucketParams, now_ms: i64) {
-        self.refill(now_ms);
+    /// The new parameters apply from the last stored update on: the tokens
+    /// then carry over, clamped to the new capacity, and refill at the new
+    /// rate since. Measured from the last update rather than from `now`
+    /// because a denial stores nothing: every call until the next allowed one
+    /// re-applies the change to the same stored state, so an answer (and the
+    /// `retry_after_ms` it promises) must not depend on when it is asked.
+    fn reconfigure(&mut self, params: TokenBucketParams, _now_ms: i64) {
         self.params = params;
         self.tokens = self.tokens.min(params.capacity as f64);
     }
@@ -301,13 +303,15 @@ mod tests {
     }
 
     #[test]
-    fn a_new_rate_applies_from_the_change_on() {
+    fn a_new_rate_applies_from_the_last_update_on() {
         let mut s = None;
         call(&mut s, params(10, 1.0), T0, 10, Mode::Take);
-        // One token refilled at the old rate, then 10/s.
-        let d = call(&mut s, params(10, 10.0), T0 + 1000, 1, Mode::Take);
-        assert_eq!(d.remaining, 0);
-        let d = call(&mut s, params(10, 10.0), T0 + 1500, 1, Mode::Peek);
+        let faster = params(10, 10.0);
+        let d = call(&mut s, faster, T0 + 50, 1, Mode::Take);
+        assert_eq!((d.allowed, d.retry_after_ms), (false, 50));
+        let d = call(&mut s, faster, T0 + 100, 1, Mode::Take);
+        assert!(d.allowed, "the retry_after promised after a change holds");
+        let d = call(&mut s, faster, T0 + 600, 1, Mode::Peek);
         assert_eq!(d.remaining, 5);
     }
 
