@@ -12,16 +12,15 @@ pub mod parse;
 mod redis;
 
 #[cfg(not(test))]
-use redis::{
-    init,
-    types::{SLIDING_COUNTER_TYPE, TOKEN_BUCKET_TYPE},
-};
+use redis::init;
+#[cfg(not(test))]
+use redis::types::{GCRA_TYPE, LEAKY_BUCKET_TYPE, SLIDING_COUNTER_TYPE, TOKEN_BUCKET_TYPE};
 
 #[cfg(not(test))]
 redis_module::redis_module! {
     name: "ratelimit",
     version: 1,
     allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
-    data_types: [TOKEN_BUCKET_TYPE, SLIDING_COUNTER_TYPE],
+    data_types: [TOKEN_BUCKET_TYPE, SLIDING_COUNTER_TYPE, LEAKY_BUCKET_TYPE, GCRA_TYPE],
     init: init,
 }

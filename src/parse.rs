@@ -2,6 +2,8 @@
 //! and the option words shared by every check command. Every failure is a
 //! [`CommandError`] carrying the one conventional reply text for it.
 
+use crate::algorithms::gcra::{cl_throttle_args, ClThrottleArgs, GcraParams};
+use crate::algorithms::leaky_bucket::LeakyBucketParams;
 use crate::algorithms::sliding_counter::{SlidingCounterParams, MAX_PRECISION};
 use crate::algorithms::token_bucket::TokenBucketParams;
 use crate::algorithms::{MAX_AMOUNT, MAX_DURATION_MS};
@@ -17,6 +19,75 @@ pub fn token_bucket(args: &[&[u8]]) -> Result<(TokenBucketParams, CheckOptions),
         rate_per_s: rate(rate_per_s, "rate")?,
     };
     Ok((params, check_options(options, ExtraOption::None)?))
+}
+
+/// `RL.LEAKYBUCKET key capacity rate [COST n] [PEEK]`, after the key.
+pub fn leaky_bucket(args: &[&[u8]]) -> Result<(LeakyBucketParams, CheckOptions), CommandError> {
+    let [capacity, rate_per_s, options @ ..] = args else {
+        return Err(CommandError::Arity);
+    };
+    let params = LeakyBucketParams {
+        capacity: amount(capacity, "capacity")?,
+        rate_per_s: rate(rate_per_s, "rate")?,
+    };
+    Ok((params, check_options(options, ExtraOption::None)?))
+}
+
+/// `RL.GCRA key burst count period [COST n] [PEEK]`, after the key. `burst`
+/// may be 0 (then the limit is 1); `count` is at most one a nanosecond.
+pub fn gcra(args: &[&[u8]]) -> Result<(GcraParams, CheckOptions), CommandError> {
+    let [burst, count, period, options @ ..] = args else {
+        return Err(CommandError::Arity);
+    };
+    let burst = if burst == b"0" {
+        0
+    } else {
+        amount(burst, "burst")
+            .ok()
+            .filter(|&b| b < MAX_AMOUNT)
+            .ok_or_else(|| {
+                CommandError::must_be("burst", "an integer from 0 to 9007199254740990")
+            })?
+    };
+    let count = amount(count, "count")?;
+    let period_ms = duration_ms(period, "period")?;
+    if u128::from(count) > u128::from(period_ms) * 1_000_000 {
+        return Err(CommandError::must_be(
+            "count",
+            "at most 1000000 per millisecond of period",
+        ));
+    }
+    let params = GcraParams {
+        burst,
+        count,
+        period_ms,
+    };
+    Ok((params, check_options(options, ExtraOption::None)?))
+}
+
+/// A signed 64-bit integer, for redis-cell's `CL.THROTTLE` arguments (whose
+/// ranges `cl_throttle_args` then checks).
+fn integer(arg: &[u8], name: &str) -> Result<i64, CommandError> {
+    std::str::from_utf8(arg)
+        .ok()
+        .filter(|s| !s.starts_with('+'))
+        .and_then(|s| s.parse::<i64>().ok())
+        .ok_or_else(|| CommandError::must_be(name, "an integer"))
+}
+
+/// `CL.THROTTLE key max_burst count period [quantity]`, after the key.
+pub fn cl_throttle(args: &[&[u8]]) -> Result<ClThrottleArgs, CommandError> {
+    let (max_burst, count, period, quantity) = match args {
+        [b, c, p] => (b, c, p, None),
+        [b, c, p, q] => (b, c, p, Some(q)),
+        _ => return Err(CommandError::Arity),
+    };
+    cl_throttle_args(
+        integer(max_burst, "max_burst")?,
+        integer(count, "count")?,
+        integer(period, "period")?,
+        quantity.map_or(Ok(1), |q| integer(q, "quantity"))?,
+    )
 }
 
 /// `RL.SLIDINGCOUNTER key limit window [PRECISION n] [COST n] [PEEK]`, after
@@ -345,6 +416,41 @@ mod tests {
         assert_eq!(
             sliding_counter(&[b"100", b"1m"]).map(|(p, _)| p.precision),
             Ok(1)
+        );
+    }
+
+    #[test]
+    fn gcra_takes_a_zero_burst_and_bounds_the_rate() {
+        assert_eq!(gcra(&[b"0", b"10", b"1s"]).map(|(p, _)| p.burst), Ok(0));
+        assert!(text(gcra(&[b"-1", b"10", b"1s"])).starts_with("ERR burst must be"));
+        assert!(text(gcra(&[b"1", b"1000001", b"1ms"])).starts_with("ERR count must be"));
+        assert_eq!(gcra(&[b"1", b"10"]).map(|_| ()), Err(CommandError::Arity));
+    }
+
+    #[test]
+    fn cl_throttle_takes_redis_cell_integers_and_refuses_bad_ones() {
+        let a = cl_throttle(&[b"4", b"10", b"60"]).map(|a| (a.params.burst, a.cost));
+        assert_eq!(a, Ok((4, 1)));
+        assert!(
+            matches!(cl_throttle(&[b"4", b"10", b"60", b"0"]), Ok(a) if a.mode == crate::algorithms::Mode::Peek)
+        );
+        for (args, want) in [
+            (&[&b"4"[..], b"0", b"60"][..], "ERR count must be"),
+            (&[b"4", b"10", b"0"], "ERR period must be"),
+            (&[b"-1", b"10", b"60"], "ERR max_burst must be"),
+            (&[b"4", b"10", b"60", b"-1"], "ERR quantity must be"),
+            (&[b"4", b"10", b"1.5"], "ERR period must be an integer"),
+            (&[b"x", b"10", b"60"], "ERR max_burst must be an integer"),
+        ] {
+            assert!(text(cl_throttle(args)).starts_with(want), "{args:?}");
+        }
+        assert_eq!(
+            cl_throttle(&[b"1", b"2"]).map(|_| ()),
+            Err(CommandError::Arity)
+        );
+        assert_eq!(
+            cl_throttle(&[b"1", b"2", b"3", b"4", b"5"]).map(|_| ()),
+            Err(CommandError::Arity)
         );
     }
 

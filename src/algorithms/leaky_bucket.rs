@@ -1,1 +1,549 @@
-//! (being written)
+//! Leaky bucket, as a queue: smooths a stream instead of only cutting it.
+//!
+//! Terms: the bucket is a queue of room `capacity`; its content leaks out at
+//! `rate_per_s` units a second, one every *leak interval* `I = 1 / rate`. A
+//! request of cost `c` joins when there is room for `c` units, and its *turn*
+//! comes when everything queued before it has leaked out. An allowed reply
+//! carries `delay_ms`, the wait until that turn: a caller that waits it
+//! before acting acts at the steady rate, never closer than `c * I` after
+//! the request before it (throttle rather than reject). A request finding the
+//! queue empty acts at once; `capacity` requests arriving together are let
+//! out over `capacity * I`; the next one is denied until room leaks free.
+//!
+//! The state is one time, the *drain time*: when the queue will be empty. At
+//! `now` the queue holds `(drain - now) / I` units (a fraction while a
+//! request is leaking out). A request of cost `c` has its turn at
+//! `start = max(drain, now)`, moves the drain time to `start + c * I`, and is
+//! allowed when that leaves at most `capacity` units queued:
+//! `start + c * I - now <= capacity * I`. (As a meter this is GCRA with
+//! `tau + T = capacity * I`; what it adds is the delay.)
+//!
+//! Arithmetic is exact: times are integer nanoseconds in `i128`, and
+//! `I = 10^9 / rate` ns rounded to the nearest nanosecond once, from 1 ns
+//! (rates above 10^9 per second) to 366 days (rates below one per 366 days).
+//! Replies round up to whole milliseconds, so no caller acts too early.
+
+use super::{Algorithm, Decision, Mode, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS};
+use crate::encoding::{ensure, put_f64, put_i64, put_u64, DecodeError, Reader};
+
+const NS_PER_MS: i128 = 1_000_000;
+
+/// The slowest leak: one unit per 366 days.
+const MAX_INTERVAL_NS: i128 = MAX_DURATION_MS as i128 * NS_PER_MS;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LeakyBucketParams {
+    /// The most units the queue holds (`1..=MAX_AMOUNT`).
+    pub capacity: u64,
+    /// Units leaking out per second: a finite decimal greater than 0.
+    pub rate_per_s: f64,
+}
+
+impl LeakyBucketParams {
+    /// `I`: nanoseconds for one unit to leak out, `1..=366 d`.
+    pub fn leak_interval_ns(&self) -> i128 {
+        if self.rate_per_s > 0.0 {
+            // `as` saturates: +inf (a tiny rate) becomes i128::MAX.
+            ((1e9 / self.rate_per_s).round() as i128).clamp(1, MAX_INTERVAL_NS)
+        } else {
+            MAX_INTERVAL_NS
+        }
+    }
+
+    /// `capacity * I`: how far the drain time may run ahead of now.
+    fn span_ns(&self) -> i128 {
+        i128::from(self.capacity).saturating_mul(self.leak_interval_ns())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeakyBucket {
+    params: LeakyBucketParams,
+    /// When the queue will be empty (Unix ns), in
+    /// `updated_ms..=updated_ms + capacity * I` once brought up to date.
+    drain_ns: i128,
+    /// The latest time seen (Unix ms).
+    updated_ms: i64,
+}
+
+fn ms_to_ns(ms: i64) -> i128 {
+    i128::from(ms) * NS_PER_MS
+}
+
+/// Nanoseconds to milliseconds, rounded up, within `0..=MAX_TIMESTAMP_MS`.
+fn ns_to_ms_ceil(ns: i128) -> i64 {
+    let ms = ns.div_euclid(NS_PER_MS) + i128::from(ns.rem_euclid(NS_PER_MS) > 0);
+    i64::try_from(ms.clamp(0, i128::from(MAX_TIMESTAMP_MS))).unwrap_or(MAX_TIMESTAMP_MS)
+}
+
+impl LeakyBucket {
+    /// When the queue will be empty (Unix ns).
+    pub fn drain_ns(&self) -> i128 {
+        self.drain_ns
+    }
+
+    /// Bring the state to `now_ms` (never earlier than already seen): a drain
+    /// time in the past becomes now. Returns the time used, in ns.
+    fn advance(&mut self, now_ms: i64) -> i128 {
+        self.updated_ms = self.updated_ms.max(now_ms);
+        let now = ms_to_ns(self.updated_ms);
+        self.drain_ns = self.drain_ns.max(now);
+        now
+    }
+}
+
+impl Algorithm for LeakyBucket {
+    type Params = LeakyBucketParams;
+    const TAG: u8 = 5;
+
+    fn fresh(params: LeakyBucketParams, now_ms: i64) -> Self {
+        Self {
+            params,
+            drain_ns: ms_to_ns(now_ms),
+            updated_ms: now_ms,
+        }
+    }
+
+    fn params(&self) -> LeakyBucketParams {
+        self.params
+    }
+
+    /// The queue carries over as what it is: requests already given their
+    /// turns, which still leave at them. So the drain time is kept, and new
+    /// requests queue behind them at the new rate (the level, counted in
+    /// units of the new interval, scales by old / new interval). The queue is
+    /// then cut to the new capacity: the drain time is clamped to
+    /// `capacity' * I'` after the key was last used. That clamp is measured
+    /// from the last use, not from `now`: until an allowed request stores
+    /// the new parameters every call reconfigures the stored state again, and
+    /// a promised `retry_after_ms` must stay true across those calls.
+    fn reconfigure(&mut self, params: LeakyBucketParams, now_ms: i64) {
+        let most = ms_to_ns(self.updated_ms).saturating_add(params.span_ns());
+        self.params = params;
+        self.drain_ns = self.drain_ns.min(most);
+        self.advance(now_ms);
+    }
+
+    fn last_seen_ms(&self) -> i64 {
+        self.updated_ms
+    }
+
+    fn check(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Decision {
+        let now = self.advance(now_ms);
+        let now_ms = self.updated_ms;
+        let interval = self.params.leak_interval_ns();
+        let span = self.params.span_ns();
+        let capacity = self.params.capacity;
+        let start = self.drain_ns;
+        let new_drain = start.saturating_add(i128::from(cost).saturating_mul(interval));
+        let ahead = new_drain.saturating_sub(now);
+        let allowed = cost <= capacity && ahead <= span;
+        let retry_after_ms = if allowed {
+            0
+        } else if cost > capacity {
+            -1
+        } else {
+            // Room for `cost` once now' >= new_drain - span (the drain time
+            // is ahead of now', so the turn does not move).
+            ns_to_ms_ceil(ahead - span).max(1)
+        };
+        if allowed && mode == Mode::Take {
+            self.drain_ns = new_drain;
+        }
+        let room = span
+            .saturating_sub(self.drain_ns.saturating_sub(now))
+            .max(0)
+            / interval;
+        Decision {
+            allowed,
+            limit: capacity,
+            remaining: u64::try_from(room).unwrap_or(0).min(capacity),
+            retry_after_ms,
+            reset_after_ms: self.fresh_at_ms().saturating_sub(now_ms).max(0),
+            delay_ms: allowed.then(|| ns_to_ms_ceil(start.saturating_sub(now))),
+        }
+    }
+
+    /// The drain time, rounded up to the millisecond.
+    fn fresh_at_ms(&self) -> i64 {
+        ns_to_ms_ceil(self.drain_ns)
+    }
+
+    fn encode_body(&self, out: &mut Vec<u8>) {
+        put_u64(out, self.params.capacity);
+        put_f64(out, self.params.rate_per_s);
+        put_i64(out, self.updated_ms);
+        // The drain time as an i128, little-endian: low 8 bytes, then high 8.
+        out.extend_from_slice(&self.drain_ns.to_le_bytes());
+    }
+
+    fn decode_body(input: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let capacity = input.u64()?;
+        let rate_per_s = input.f64()?;
+        let updated_ms = input.i64()?;
+        let drain_low = input.u64()?;
+        let drain_high = input.i64()?;
+        ensure(
+            (1..=MAX_AMOUNT).contains(&capacity),
+            "capacity out of range",
+        )?;
+        ensure(
+            rate_per_s.is_finite() && rate_per_s > 0.0,
+            "rate out of range",
+        )?;
+        ensure(
+            (0..=MAX_TIMESTAMP_MS).contains(&updated_ms),
+            "timestamp out of range",
+        )?;
+        let params = LeakyBucketParams {
+            capacity,
+            rate_per_s,
+        };
+        let drain_ns = (i128::from(drain_high) << 64) | i128::from(drain_low);
+        let updated_ns = ms_to_ns(updated_ms);
+        ensure(
+            (updated_ns..=updated_ns.saturating_add(params.span_ns())).contains(&drain_ns),
+            "drain time out of range",
+        )?;
+        Ok(Self {
+            params,
+            drain_ns,
+            updated_ms,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const T0: i64 = 1_700_000_000_000;
+
+    fn params(capacity: u64, rate_per_s: f64) -> LeakyBucketParams {
+        LeakyBucketParams {
+            capacity,
+            rate_per_s,
+        }
+    }
+
+    /// Runs one command against `state` the way the Redis layer does.
+    fn call(
+        state: &mut Option<LeakyBucket>,
+        p: LeakyBucketParams,
+        now_ms: i64,
+        cost: u64,
+        mode: Mode,
+    ) -> Decision {
+        let (decision, next) = LeakyBucket::check_with(state.as_ref(), p, now_ms, cost, mode);
+        if let Some(next) = next {
+            *state = Some(next);
+        }
+        decision
+    }
+
+    /// `(allowed, remaining, retry_after_ms, reset_after_ms, delay_ms)`.
+    fn summary(d: Decision) -> (bool, u64, i64, i64, Option<i64>) {
+        (
+            d.allowed,
+            d.remaining,
+            d.retry_after_ms,
+            d.reset_after_ms,
+            d.delay_ms,
+        )
+    }
+
+    #[test]
+    fn requests_arriving_together_are_let_out_one_interval_apart() {
+        let mut s = None;
+        let p = params(5, 10.0);
+        for (i, left) in [4, 3, 2, 1, 0].into_iter().enumerate() {
+            let d = call(&mut s, p, T0, 1, Mode::Take);
+            let waited = 100 * i as i64;
+            assert_eq!(summary(d), (true, left, 0, waited + 100, Some(waited)));
+            assert_eq!(d.limit, 5);
+        }
+        let d = call(&mut s, p, T0, 1, Mode::Take);
+        assert_eq!(summary(d), (false, 0, 100, 500, None));
+    }
+
+    #[test]
+    fn a_steady_stream_faster_than_the_rate_gets_growing_delays() {
+        let mut s = None;
+        let p = params(3, 10.0);
+        // One request every 50 ms against 10/s: each acts 100 ms after the
+        // one before, until the queue is full.
+        let expected = [Some(0), Some(50), Some(100), Some(150), Some(200), None];
+        for (i, delay) in expected.into_iter().enumerate() {
+            let now = T0 + 50 * i as i64;
+            let d = call(&mut s, p, now, 1, Mode::Take);
+            assert_eq!(d.delay_ms, delay, "request {i}");
+            if let Some(delay) = delay {
+                assert_eq!(now + delay, T0 + 100 * i as i64);
+            } else {
+                // 3.5 units would be queued; room for one at T0 + 300.
+                assert_eq!(d.retry_after_ms, 50);
+            }
+        }
+    }
+
+    #[test]
+    fn a_request_finding_the_queue_empty_acts_at_once() {
+        let mut s = None;
+        let p = params(2, 1.0);
+        call(&mut s, p, T0, 2, Mode::Take);
+        let d = call(&mut s, p, T0 + 2000, 1, Mode::Take);
+        assert_eq!(summary(d), (true, 1, 0, 1000, Some(0)));
+        let d = call(&mut s, p, T0 + 2500, 1, Mode::Take);
+        assert_eq!(summary(d), (true, 0, 0, 1500, Some(500)));
+    }
+
+    #[test]
+    fn retry_after_is_exact_to_the_millisecond() {
+        // I = 1/3 s: times that are not whole milliseconds.
+        let p = params(4, 3.0);
+        for cost in 1..=4 {
+            let mut s = None;
+            call(&mut s, p, T0, 3, Mode::Take);
+            call(&mut s, p, T0 + 123, 1, Mode::Take);
+            let d = call(&mut s, p, T0 + 200, cost, Mode::Peek);
+            assert!(!d.allowed, "cost {cost}");
+            let at = T0 + 200 + d.retry_after_ms;
+            assert!(
+                !call(&mut s, p, at - 1, cost, Mode::Peek).allowed,
+                "cost {cost}"
+            );
+            assert!(call(&mut s, p, at, cost, Mode::Peek).allowed, "cost {cost}");
+        }
+    }
+
+    #[test]
+    fn fractional_intervals_round_each_turn_up() {
+        let mut s = None;
+        let p = params(10, 3.0);
+        let delays: Vec<Option<i64>> = (0..4)
+            .map(|_| call(&mut s, p, T0, 1, Mode::Take).delay_ms)
+            .collect();
+        assert_eq!(delays, [Some(0), Some(334), Some(667), Some(1000)]);
+        assert_eq!(p.leak_interval_ns(), 333_333_333);
+    }
+
+    #[test]
+    fn cost_takes_that_much_room_and_time() {
+        let mut s = None;
+        let p = params(5, 2.0);
+        let d = call(&mut s, p, T0, 3, Mode::Take);
+        assert_eq!(summary(d), (true, 2, 0, 1500, Some(0)));
+        let d = call(&mut s, p, T0, 1, Mode::Take);
+        assert_eq!(summary(d), (true, 1, 0, 2000, Some(1500)));
+        // 4 queued, 2 more need the queue down to 3: at T0 + 500.
+        let d = call(&mut s, p, T0, 2, Mode::Take);
+        assert_eq!(summary(d), (false, 1, 500, 2000, None));
+    }
+
+    #[test]
+    fn cost_above_capacity_can_never_be_allowed() {
+        let mut s = None;
+        let d = call(&mut s, params(5, 1.0), T0, 6, Mode::Take);
+        assert_eq!(summary(d), (false, 5, -1, 0, None));
+        assert!(s.is_none(), "a denial stores nothing");
+    }
+
+    #[test]
+    fn a_denial_leaves_the_stored_state_unchanged() {
+        let mut s = None;
+        let p = params(2, 1.0);
+        call(&mut s, p, T0, 2, Mode::Take);
+        let before = s.clone();
+        assert!(!call(&mut s, p, T0 + 300, 1, Mode::Take).allowed);
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn peek_answers_without_taking() {
+        let mut s = None;
+        let p = params(4, 1.0);
+        let d = call(&mut s, p, T0, 3, Mode::Peek);
+        assert_eq!(summary(d), (true, 4, 0, 0, Some(0)));
+        assert!(s.is_none());
+        call(&mut s, p, T0, 3, Mode::Take);
+        let before = s.clone();
+        let d = call(&mut s, p, T0, 1, Mode::Peek);
+        assert_eq!(summary(d), (true, 1, 0, 3000, Some(3000)));
+        let d = call(&mut s, p, T0, 2, Mode::Peek);
+        assert_eq!(summary(d), (false, 1, 1000, 3000, None));
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn a_clock_stepping_back_means_no_time_passed() {
+        let mut s = None;
+        let p = params(2, 1.0);
+        call(&mut s, p, T0, 2, Mode::Take);
+        let d = call(&mut s, p, T0 - 60_000, 1, Mode::Take);
+        assert_eq!(summary(d), (false, 0, 1000, 2000, None));
+        let d = call(&mut s, p, T0 + 1000, 1, Mode::Take);
+        assert_eq!(d.delay_ms, Some(1000));
+    }
+
+    #[test]
+    fn reset_is_when_the_queue_is_empty() {
+        let mut s = None;
+        let p = params(10, 0.5);
+        let d = call(&mut s, p, T0, 3, Mode::Take);
+        assert_eq!(d.reset_after_ms, 6000);
+        assert_eq!(s.as_ref().map(|s| s.fresh_at_ms()), Some(T0 + 6000));
+        let d = call(&mut s, p, T0 + 6000, 1, Mode::Peek);
+        assert_eq!(summary(d), (true, 10, 0, 0, Some(0)));
+    }
+
+    #[test]
+    fn a_new_rate_keeps_the_turns_already_given() {
+        let mut s = None;
+        call(&mut s, params(10, 1.0), T0, 4, Mode::Take);
+        // Queued until T0 + 4 s; at 4/s that is 16 units of room.
+        let p = params(20, 4.0);
+        let d = call(&mut s, p, T0, 1, Mode::Take);
+        assert_eq!(summary(d), (true, 3, 0, 4250, Some(4000)));
+        let d = call(&mut s, p, T0, 1, Mode::Take);
+        assert_eq!(d.delay_ms, Some(4250));
+    }
+
+    #[test]
+    fn a_smaller_capacity_cuts_the_queue() {
+        let mut s = None;
+        call(&mut s, params(10, 1.0), T0, 10, Mode::Take);
+        let p = params(2, 1.0);
+        let d = call(&mut s, p, T0, 1, Mode::Take);
+        assert_eq!(summary(d), (false, 0, 1000, 2000, None));
+        // Still the old parameters stored: the retry_after holds anyway.
+        let d = call(&mut s, p, T0 + 999, 1, Mode::Take);
+        assert_eq!(summary(d), (false, 0, 1, 1001, None));
+        let d = call(&mut s, p, T0 + 1000, 1, Mode::Take);
+        assert_eq!(summary(d), (true, 0, 0, 2000, Some(1000)));
+        assert_eq!(s.as_ref().map(|s| s.params()), Some(p));
+    }
+
+    #[test]
+    fn a_larger_capacity_gives_no_more_than_the_room_left() {
+        let mut s = None;
+        call(&mut s, params(3, 1.0), T0, 3, Mode::Take);
+        let d = call(&mut s, params(5, 1.0), T0, 1, Mode::Peek);
+        assert_eq!((d.limit, d.remaining, d.delay_ms), (5, 2, Some(3000)));
+    }
+
+    #[test]
+    fn the_leak_interval_is_clamped_to_sane_bounds() {
+        assert_eq!(params(1, 1e12).leak_interval_ns(), 1);
+        assert_eq!(params(1, 1e-300).leak_interval_ns(), MAX_INTERVAL_NS);
+        assert_eq!(params(1, 0.0).leak_interval_ns(), MAX_INTERVAL_NS);
+        assert_eq!(params(1, f64::NAN).leak_interval_ns(), MAX_INTERVAL_NS);
+        assert_eq!(params(1, 7.0).leak_interval_ns(), 142_857_143);
+    }
+
+    #[test]
+    fn the_largest_parameters_do_not_overflow() {
+        let p = params(MAX_AMOUNT, 1e-300);
+        let mut s = None;
+        let d = call(&mut s, p, T0, MAX_AMOUNT, Mode::Take);
+        assert_eq!((d.allowed, d.remaining, d.delay_ms), (true, 0, Some(0)));
+        assert_eq!(d.reset_after_ms, MAX_TIMESTAMP_MS - T0, "saturated");
+        let d = call(&mut s, p, T0, 1, Mode::Take);
+        assert_eq!(
+            (d.allowed, d.retry_after_ms),
+            (false, MAX_DURATION_MS as i64)
+        );
+        let mut buf = Vec::new();
+        if let Some(state) = &s {
+            state.encode_body(&mut buf);
+        }
+        assert_eq!(LeakyBucket::decode_body(&mut Reader::new(&buf)).ok(), s);
+        let odd = params(u64::MAX, f64::INFINITY);
+        call(&mut None, odd, -T0, u64::MAX, Mode::Take);
+        call(&mut s, odd, T0, u64::MAX, Mode::Take);
+    }
+
+    #[test]
+    fn encoding_round_trips_and_rejects_bad_values() {
+        let mut s = None;
+        call(&mut s, params(7, 3.0), T0, 4, Mode::Take);
+        let state = s.unwrap_or_else(|| LeakyBucket::fresh(params(1, 1.0), 0));
+        let mut buf = Vec::new();
+        state.encode_body(&mut buf);
+        assert_eq!(buf.len(), 40);
+        let mut r = Reader::new(&buf);
+        assert_eq!(LeakyBucket::decode_body(&mut r), Ok(state.clone()));
+        assert_eq!(r.remaining(), 0);
+        assert!(LeakyBucket::decode_body(&mut Reader::new(&buf[..39])).is_err());
+
+        let bad = |f: &dyn Fn(&mut LeakyBucket)| {
+            let mut bad = state.clone();
+            f(&mut bad);
+            let mut buf = Vec::new();
+            bad.encode_body(&mut buf);
+            LeakyBucket::decode_body(&mut Reader::new(&buf)).is_err()
+        };
+        assert!(bad(&|b| b.params.capacity = 0));
+        assert!(bad(&|b| b.params.capacity = MAX_AMOUNT + 1));
+        assert!(bad(&|b| b.params.rate_per_s = 0.0));
+        assert!(bad(&|b| b.params.rate_per_s = f64::NAN));
+        assert!(bad(&|b| b.params.rate_per_s = f64::INFINITY));
+        assert!(bad(&|b| b.updated_ms = MAX_TIMESTAMP_MS + 1));
+        assert!(bad(&|b| b.drain_ns = ms_to_ns(T0) - 1));
+        assert!(bad(&|b| b.drain_ns = ms_to_ns(T0) + 7 * 333_333_333 + 1));
+        assert!(!bad(&|b| b.drain_ns = ms_to_ns(T0) + 7 * 333_333_333));
+    }
+
+    proptest! {
+        /// Callers that wait their delays act at the rate: never closer
+        /// than `cost * I` after the previous allowed request (up to the
+        /// millisecond rounding of each turn, which never accumulates), and
+        /// a denial's retry_after is exact.
+        #[test]
+        fn delays_never_let_requests_act_closer_than_the_rate(
+            capacity in 1u64..10,
+            rate in prop::sample::select(vec![0.5, 1.0, 2.0, 3.0, 7.0, 10.0, 33.3, 250.0, 1000.0]),
+            steps in proptest::collection::vec((0i64..400, 1u64..4), 1..80),
+        ) {
+            let p = params(capacity, rate);
+            let interval = p.leak_interval_ns();
+            let mut s = None;
+            let mut now = T0;
+            let mut acted: Vec<(i64, u64)> = Vec::new();
+            for (dt, cost) in steps {
+                now += dt;
+                let d = call(&mut s, p, now, cost, Mode::Take);
+                prop_assert!(d.remaining <= capacity);
+                match d.delay_ms {
+                    Some(delay) => {
+                        prop_assert!(d.allowed);
+                        prop_assert!(ms_to_ns(delay) < p.span_ns() + NS_PER_MS);
+                        acted.push((now + delay, cost));
+                    }
+                    None if cost > capacity => {
+                        prop_assert!(!d.allowed && d.retry_after_ms == -1);
+                    }
+                    None => {
+                        prop_assert!(!d.allowed && d.retry_after_ms > 0);
+                        let wait = d.retry_after_ms;
+                        prop_assert!(!call(&mut s.clone(), p, now + wait - 1, cost, Mode::Peek).allowed);
+                        prop_assert!(call(&mut s.clone(), p, now + wait, cost, Mode::Peek).allowed);
+                    }
+                }
+            }
+            for i in 0..acted.len() {
+                let mut leaked = 0i128;
+                for j in i + 1..acted.len() {
+                    leaked += i128::from(acted[j - 1].1) * interval;
+                    let whole_ms = leaked / NS_PER_MS;
+                    prop_assert!(i128::from(acted[j].0 - acted[i].0) >= whole_ms);
+                }
+            }
+        }
+
+        #[test]
+        fn decoding_any_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = LeakyBucket::decode_body(&mut Reader::new(&bytes));
+        }
+    }
+}

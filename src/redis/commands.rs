@@ -7,6 +7,8 @@ use redis_module::raw;
 use super::api::{buffer_ptr, now_ms, reply_error, reply_integers, reply_ok, rm, Args};
 use super::key::Key;
 use super::types::{dispatch_on_tag, Stored, SET_STATE_COMMAND};
+use crate::algorithms::gcra::{cl_throttle_reply, Gcra};
+use crate::algorithms::leaky_bucket::LeakyBucket;
 use crate::algorithms::sliding_counter::SlidingCounter;
 use crate::algorithms::token_bucket::TokenBucket;
 use crate::algorithms::{Algorithm, Decision, Mode};
@@ -44,6 +46,30 @@ pub const COMMANDS: &[CommandSpec] = &[
         key_step: 1,
     },
     CommandSpec {
+        name: c"rl.leakybucket",
+        handler: check_command::<LeakyBucket>,
+        flags: c"write deny-oom fast",
+        first_key: 1,
+        last_key: 1,
+        key_step: 1,
+    },
+    CommandSpec {
+        name: c"rl.gcra",
+        handler: check_command::<Gcra>,
+        flags: c"write deny-oom fast",
+        first_key: 1,
+        last_key: 1,
+        key_step: 1,
+    },
+    CommandSpec {
+        name: c"cl.throttle",
+        handler: cl_throttle_command,
+        flags: c"write deny-oom fast",
+        first_key: 1,
+        last_key: 1,
+        key_step: 1,
+    },
+    CommandSpec {
         name: c"rl.setstate",
         handler: set_state_command,
         flags: c"write deny-oom fast",
@@ -67,9 +93,36 @@ fn check<A: Stored>(ctx: Ctx, args: &Args) -> Result<Decision, CommandError> {
     let key_name = args.raw(1).ok_or(CommandError::Arity)?;
     let (params, options) = A::parse(&args.bytes_from(2))?;
     let mode = if options.peek { Mode::Peek } else { Mode::Take };
+    apply::<A>(ctx, key_name, params, options.cost, mode)
+}
+
+/// `CL.THROTTLE key max_burst count period [quantity]`: redis-cell's command
+/// and reply, on the GCRA type (so `RL.GCRA` reads the same keys).
+unsafe extern "C" fn cl_throttle_command(ctx: Ctx, argv: Argv, argc: c_int) -> c_int {
+    // SAFETY: Redis passes this command's own argv/argc.
+    let args = unsafe { Args::new(argv, argc) };
+    let result = args.raw(1).ok_or(CommandError::Arity).and_then(|key_name| {
+        let throttle = crate::parse::cl_throttle(&args.bytes_from(2))?;
+        apply::<Gcra>(ctx, key_name, throttle.params, throttle.cost, throttle.mode)
+    });
+    match result {
+        Ok(decision) => reply_integers(ctx, &cl_throttle_reply(&decision)),
+        Err(error) => reply_error(ctx, &error),
+    }
+}
+
+/// One check of one key: load its state, decide, and when a request was
+/// taken store the new state, set its expiry, and replicate it as its effect.
+fn apply<A: Stored>(
+    ctx: Ctx,
+    key_name: *mut raw::RedisModuleString,
+    params: A::Params,
+    cost: u64,
+    mode: Mode,
+) -> Result<Decision, CommandError> {
     let mut key = Key::open(ctx, key_name, mode == Mode::Take);
     let stored = key.value::<A>()?;
-    let (decision, next) = A::check_with(stored.as_deref(), params, now_ms(), options.cost, mode);
+    let (decision, next) = A::check_with(stored.as_deref(), params, now_ms(), cost, mode);
     if let Some(next) = next {
         let fresh_at_ms = next.fresh_at_ms();
         let mut blob = Vec::with_capacity(64);

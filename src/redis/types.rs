@@ -9,6 +9,8 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::api::{buffer_ptr, rm};
+use crate::algorithms::gcra::Gcra;
+use crate::algorithms::leaky_bucket::LeakyBucket;
 use crate::algorithms::sliding_counter::SlidingCounter;
 use crate::algorithms::token_bucket::TokenBucket;
 use crate::algorithms::Algorithm;
@@ -34,6 +36,9 @@ pub static TOKEN_BUCKET_TYPE: RedisType =
     RedisType::new("rl_tokbkt", ENCODING_VERSION, methods::<TokenBucket>());
 pub static SLIDING_COUNTER_TYPE: RedisType =
     RedisType::new("rl_slcntr", ENCODING_VERSION, methods::<SlidingCounter>());
+pub static LEAKY_BUCKET_TYPE: RedisType =
+    RedisType::new("rl_leakyb", ENCODING_VERSION, methods::<LeakyBucket>());
+pub static GCRA_TYPE: RedisType = RedisType::new("rl_gcrast", ENCODING_VERSION, methods::<Gcra>());
 
 impl Stored for TokenBucket {
     fn redis_type() -> &'static RedisType {
@@ -53,12 +58,32 @@ impl Stored for SlidingCounter {
     }
 }
 
+impl Stored for LeakyBucket {
+    fn redis_type() -> &'static RedisType {
+        &LEAKY_BUCKET_TYPE
+    }
+    fn parse(args: &[&[u8]]) -> Result<(Self::Params, CheckOptions), CommandError> {
+        parse::leaky_bucket(args)
+    }
+}
+
+impl Stored for Gcra {
+    fn redis_type() -> &'static RedisType {
+        &GCRA_TYPE
+    }
+    fn parse(args: &[&[u8]]) -> Result<(Self::Params, CheckOptions), CommandError> {
+        parse::gcra(args)
+    }
+}
+
 /// Calls `$f::<A>($args)` for the algorithm whose tag starts `$bytes`.
 macro_rules! dispatch_on_tag {
     ($bytes:expr, $f:ident($($args:expr),*), $otherwise:expr) => {
         match $bytes.first() {
             Some(&TokenBucket::TAG) => $f::<TokenBucket>($($args),*),
             Some(&SlidingCounter::TAG) => $f::<SlidingCounter>($($args),*),
+            Some(&LeakyBucket::TAG) => $f::<LeakyBucket>($($args),*),
+            Some(&Gcra::TAG) => $f::<Gcra>($($args),*),
             _ => $otherwise,
         }
     };
