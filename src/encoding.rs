@@ -48,6 +48,10 @@ impl<'a> Reader<'a> {
         Ok(u16::from_le_bytes(self.take()?))
     }
 
+    pub fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.take()?))
+    }
+
     pub fn u64(&mut self) -> Result<u64, DecodeError> {
         Ok(u64::from_le_bytes(self.take()?))
     }
@@ -85,6 +89,10 @@ pub fn ensure(ok: bool, what: &'static str) -> Result<(), DecodeError> {
 }
 
 pub fn put_u16(out: &mut Vec<u8>, v: u16) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+pub fn put_u32(out: &mut Vec<u8>, v: u32) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 

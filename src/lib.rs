@@ -14,13 +14,23 @@ mod redis;
 #[cfg(not(test))]
 use redis::init;
 #[cfg(not(test))]
-use redis::types::{GCRA_TYPE, LEAKY_BUCKET_TYPE, SLIDING_COUNTER_TYPE, TOKEN_BUCKET_TYPE};
+use redis::types::{
+    FIXED_WINDOW_TYPE, GCRA_TYPE, LEAKY_BUCKET_TYPE, SLIDING_COUNTER_TYPE, SLIDING_LOG_TYPE,
+    TOKEN_BUCKET_TYPE,
+};
 
 #[cfg(not(test))]
 redis_module::redis_module! {
     name: "ratelimit",
     version: 1,
     allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
-    data_types: [TOKEN_BUCKET_TYPE, SLIDING_COUNTER_TYPE, LEAKY_BUCKET_TYPE, GCRA_TYPE],
+    data_types: [
+        TOKEN_BUCKET_TYPE,
+        SLIDING_COUNTER_TYPE,
+        FIXED_WINDOW_TYPE,
+        SLIDING_LOG_TYPE,
+        LEAKY_BUCKET_TYPE,
+        GCRA_TYPE,
+    ],
     init: init,
 }

@@ -2,9 +2,11 @@
 //! and the option words shared by every check command. Every failure is a
 //! [`CommandError`] carrying the one conventional reply text for it.
 
+use crate::algorithms::fixed_window::FixedWindowParams;
 use crate::algorithms::gcra::{cl_throttle_args, ClThrottleArgs, GcraParams};
 use crate::algorithms::leaky_bucket::LeakyBucketParams;
 use crate::algorithms::sliding_counter::{SlidingCounterParams, MAX_PRECISION};
+use crate::algorithms::sliding_log::SlidingLogParams;
 use crate::algorithms::token_bucket::TokenBucketParams;
 use crate::algorithms::{MAX_AMOUNT, MAX_DURATION_MS};
 use crate::error::CommandError;
@@ -19,6 +21,30 @@ pub fn token_bucket(args: &[&[u8]]) -> Result<(TokenBucketParams, CheckOptions),
         rate_per_s: rate(rate_per_s, "rate")?,
     };
     Ok((params, check_options(options, ExtraOption::None)?))
+}
+
+/// `limit window [COST n] [PEEK]`, the parameters of both window commands.
+fn limit_and_window(args: &[&[u8]]) -> Result<(u64, u64, CheckOptions), CommandError> {
+    let [limit, window, options @ ..] = args else {
+        return Err(CommandError::Arity);
+    };
+    Ok((
+        amount(limit, "limit")?,
+        duration_ms(window, "window")?,
+        check_options(options, ExtraOption::None)?,
+    ))
+}
+
+/// `RL.FIXEDWINDOW key limit window [COST n] [PEEK]`, after the key.
+pub fn fixed_window(args: &[&[u8]]) -> Result<(FixedWindowParams, CheckOptions), CommandError> {
+    let (limit, window_ms, options) = limit_and_window(args)?;
+    Ok((FixedWindowParams { limit, window_ms }, options))
+}
+
+/// `RL.SLIDINGLOG key limit window [COST n] [PEEK]`, after the key.
+pub fn sliding_log(args: &[&[u8]]) -> Result<(SlidingLogParams, CheckOptions), CommandError> {
+    let (limit, window_ms, options) = limit_and_window(args)?;
+    Ok((SlidingLogParams { limit, window_ms }, options))
 }
 
 /// `RL.LEAKYBUCKET key capacity rate [COST n] [PEEK]`, after the key.

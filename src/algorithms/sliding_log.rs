@@ -45,7 +45,7 @@
 use std::collections::VecDeque;
 
 use super::{Algorithm, Decision, Mode, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS};
-use crate::encoding::{ensure, put_i64, put_u16, put_u64, DecodeError, Reader};
+use crate::encoding::{ensure, put_i64, put_u32, put_u64, DecodeError, Reader};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingLogParams {
@@ -396,17 +396,6 @@ impl SlidingLog {
 
 /// 32-bit words are written as two `u16`s, low first: the same bytes as a
 /// little-endian `u32`, with the helpers `crate::encoding` has.
-fn put_u32(out: &mut Vec<u8>, word: u32) {
-    put_u16(out, word as u16);
-    put_u16(out, (word >> 16) as u16);
-}
-
-fn read_u32(input: &mut Reader<'_>) -> Result<u32, DecodeError> {
-    let low = input.u16()?;
-    let high = input.u16()?;
-    Ok(u32::from(low) | u32::from(high) << 16)
-}
-
 impl Algorithm for SlidingLog {
     type Params = SlidingLogParams;
     const TAG: u8 = 4;
@@ -552,11 +541,11 @@ impl Algorithm for SlidingLog {
         state.entries.heads.reserve_exact(count);
         let mut newest_ms = oldest_ms;
         for i in 0..count {
-            let head = read_u32(input)?;
+            let head = input.u32()?;
             let mut words = [0; 3];
             let len = extra_len(head).min(words.len());
             for slot in words.iter_mut().take(len) {
-                *slot = read_u32(input)?;
+                *slot = input.u32()?;
             }
             let entry = unpack(head, &mut words.into_iter().take(len))
                 .ok_or(DecodeError("entry flags out of range"))?;

@@ -7,9 +7,11 @@ use redis_module::raw;
 use super::api::{buffer_ptr, now_ms, reply_error, reply_integers, reply_ok, rm, Args};
 use super::key::Key;
 use super::types::{dispatch_on_tag, Stored, SET_STATE_COMMAND};
+use crate::algorithms::fixed_window::FixedWindow;
 use crate::algorithms::gcra::{cl_throttle_reply, Gcra};
 use crate::algorithms::leaky_bucket::LeakyBucket;
 use crate::algorithms::sliding_counter::SlidingCounter;
+use crate::algorithms::sliding_log::SlidingLog;
 use crate::algorithms::token_bucket::TokenBucket;
 use crate::algorithms::{Algorithm, Decision, Mode};
 use crate::error::CommandError;
@@ -40,6 +42,22 @@ pub const COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: c"rl.slidingcounter",
         handler: check_command::<SlidingCounter>,
+        flags: c"write deny-oom fast",
+        first_key: 1,
+        last_key: 1,
+        key_step: 1,
+    },
+    CommandSpec {
+        name: c"rl.fixedwindow",
+        handler: check_command::<FixedWindow>,
+        flags: c"write deny-oom fast",
+        first_key: 1,
+        last_key: 1,
+        key_step: 1,
+    },
+    CommandSpec {
+        name: c"rl.slidinglog",
+        handler: check_command::<SlidingLog>,
         flags: c"write deny-oom fast",
         first_key: 1,
         last_key: 1,

@@ -9,9 +9,11 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::api::{buffer_ptr, rm};
+use crate::algorithms::fixed_window::FixedWindow;
 use crate::algorithms::gcra::Gcra;
 use crate::algorithms::leaky_bucket::LeakyBucket;
 use crate::algorithms::sliding_counter::SlidingCounter;
+use crate::algorithms::sliding_log::SlidingLog;
 use crate::algorithms::token_bucket::TokenBucket;
 use crate::algorithms::Algorithm;
 use crate::error::CommandError;
@@ -38,6 +40,10 @@ pub static SLIDING_COUNTER_TYPE: RedisType =
     RedisType::new("rl_slcntr", ENCODING_VERSION, methods::<SlidingCounter>());
 pub static LEAKY_BUCKET_TYPE: RedisType =
     RedisType::new("rl_leakyb", ENCODING_VERSION, methods::<LeakyBucket>());
+pub static FIXED_WINDOW_TYPE: RedisType =
+    RedisType::new("rl_fixwin", ENCODING_VERSION, methods::<FixedWindow>());
+pub static SLIDING_LOG_TYPE: RedisType =
+    RedisType::new("rl_slolog", ENCODING_VERSION, methods::<SlidingLog>());
 pub static GCRA_TYPE: RedisType = RedisType::new("rl_gcrast", ENCODING_VERSION, methods::<Gcra>());
 
 impl Stored for TokenBucket {
@@ -55,6 +61,24 @@ impl Stored for SlidingCounter {
     }
     fn parse(args: &[&[u8]]) -> Result<(Self::Params, CheckOptions), CommandError> {
         parse::sliding_counter(args)
+    }
+}
+
+impl Stored for FixedWindow {
+    fn redis_type() -> &'static RedisType {
+        &FIXED_WINDOW_TYPE
+    }
+    fn parse(args: &[&[u8]]) -> Result<(Self::Params, CheckOptions), CommandError> {
+        parse::fixed_window(args)
+    }
+}
+
+impl Stored for SlidingLog {
+    fn redis_type() -> &'static RedisType {
+        &SLIDING_LOG_TYPE
+    }
+    fn parse(args: &[&[u8]]) -> Result<(Self::Params, CheckOptions), CommandError> {
+        parse::sliding_log(args)
     }
 }
 
@@ -82,6 +106,8 @@ macro_rules! dispatch_on_tag {
         match $bytes.first() {
             Some(&TokenBucket::TAG) => $f::<TokenBucket>($($args),*),
             Some(&SlidingCounter::TAG) => $f::<SlidingCounter>($($args),*),
+            Some(&FixedWindow::TAG) => $f::<FixedWindow>($($args),*),
+            Some(&SlidingLog::TAG) => $f::<SlidingLog>($($args),*),
             Some(&LeakyBucket::TAG) => $f::<LeakyBucket>($($args),*),
             Some(&Gcra::TAG) => $f::<Gcra>($($args),*),
             _ => $otherwise,
