@@ -34,7 +34,22 @@ fn make_keys(con: &mut Connection) -> Vec<String> {
         );
         keys.push(tb);
         keys.push(sc);
+        for (cmd, params) in [
+            ("RL.FIXEDWINDOW", &["10", "1h"][..]),
+            ("RL.SLIDINGLOG", &["10", "1h"]),
+            ("RL.LEAKYBUCKET", &["10", "0.01"]),
+            ("RL.GCRA", &["9", "1", "1h"]),
+        ] {
+            let key = format!("{cmd}:{i}");
+            let mut words = vec![cmd, key.as_str()];
+            words.extend_from_slice(params);
+            words.extend(["COST", cost.as_str()]);
+            check(con, &words);
+            keys.push(key);
+        }
     }
+    check(con, &["CL.THROTTLE", "cell", "4", "10", "60"]);
+    keys.push("cell".into());
     keys
 }
 
@@ -149,20 +164,63 @@ fn a_replica_holds_exactly_the_primary_state() {
         let key = format!("k:{}", next(40));
         let cost = (next(4) + 1).to_string();
         let peek = next(10) == 0;
-        let mut cmd: Vec<String> = if key.ends_with(['0', '1', '2', '3', '4']) {
-            let cap = (20 + next(3) * 5).to_string();
-            vec!["RL.TOKENBUCKET".into(), key.clone(), cap, "0.5".into()]
-        } else {
-            let precision = (1 + next(3) * 5).to_string();
-            vec![
+        let kind = key.trim_start_matches("k:").parse::<u64>().unwrap() % 7;
+        let choice = next(3);
+        let mut cmd: Vec<String> = match kind {
+            0 => vec![
+                "RL.TOKENBUCKET".into(),
+                key.clone(),
+                (20 + choice * 5).to_string(),
+                "0.5".into(),
+            ],
+            1 => vec![
                 "RL.SLIDINGCOUNTER".into(),
                 key.clone(),
                 "30".into(),
                 "10m".into(),
                 "PRECISION".into(),
-                precision,
-            ]
+                (1 + choice * 5).to_string(),
+            ],
+            2 => vec![
+                "RL.FIXEDWINDOW".into(),
+                key.clone(),
+                (30 + choice).to_string(),
+                "1h".into(),
+            ],
+            3 => vec![
+                "RL.SLIDINGLOG".into(),
+                key.clone(),
+                (30 + choice).to_string(),
+                "10m".into(),
+            ],
+            4 => vec![
+                "RL.LEAKYBUCKET".into(),
+                key.clone(),
+                (20 + choice).to_string(),
+                "0.5".into(),
+            ],
+            5 => vec![
+                "RL.GCRA".into(),
+                key.clone(),
+                (20 + choice).to_string(),
+                "1".into(),
+                "2s".into(),
+            ],
+            _ => vec![
+                "CL.THROTTLE".into(),
+                key.clone(),
+                (20 + choice).to_string(),
+                "1".into(),
+                "2".into(),
+            ],
         };
+        if kind == 6 {
+            // redis-cell's form takes a quantity, no options.
+            let words: Vec<&str> = cmd.iter().map(String::as_str).collect();
+            check(&mut p, &words);
+            keys.insert(key);
+            continue;
+        }
         cmd.extend(["COST".to_string(), cost]);
         if peek {
             cmd.push("PEEK".into());
