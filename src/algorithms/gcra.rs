@@ -24,11 +24,12 @@
 //! Replies round up to whole milliseconds: a caller that waits
 //! `retry_after_ms` is allowed, one that waits a millisecond less is not.
 
-use super::{Algorithm, Decision, Mode, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS};
+use super::{
+    ms_to_ns, ns_to_ms_ceil, Algorithm, Decision, Mode, MAX_AMOUNT, MAX_DURATION_MS,
+    MAX_TIMESTAMP_MS, NS_PER_MS,
+};
 use crate::encoding::{ensure, put_i64, put_u64, DecodeError, Reader};
 use crate::error::CommandError;
-
-const NS_PER_MS: i128 = 1_000_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcraParams {
@@ -68,16 +69,6 @@ pub struct Gcra {
     tat_ns: i128,
     /// The latest time seen (Unix ms).
     updated_ms: i64,
-}
-
-fn ms_to_ns(ms: i64) -> i128 {
-    i128::from(ms) * NS_PER_MS
-}
-
-/// Nanoseconds to milliseconds, rounded up, within `0..=MAX_TIMESTAMP_MS`.
-fn ns_to_ms_ceil(ns: i128) -> i64 {
-    let ms = ns.div_euclid(NS_PER_MS) + i128::from(ns.rem_euclid(NS_PER_MS) > 0);
-    i64::try_from(ms.clamp(0, i128::from(MAX_TIMESTAMP_MS))).unwrap_or(MAX_TIMESTAMP_MS)
 }
 
 impl Gcra {

@@ -147,6 +147,20 @@ pub trait Algorithm: Clone + Sized {
     }
 }
 
+/// Nanoseconds in a millisecond, for the algorithms that keep exact times.
+pub(crate) const NS_PER_MS: i128 = 1_000_000;
+
+/// Unix ms to Unix ns.
+pub(crate) fn ms_to_ns(ms: i64) -> i128 {
+    i128::from(ms) * NS_PER_MS
+}
+
+/// Nanoseconds to milliseconds, rounded up, within `0..=MAX_TIMESTAMP_MS`.
+pub(crate) fn ns_to_ms_ceil(ns: i128) -> i64 {
+    let ms = ns.div_euclid(NS_PER_MS) + i128::from(ns.rem_euclid(NS_PER_MS) > 0);
+    i64::try_from(ms.clamp(0, i128::from(MAX_TIMESTAMP_MS))).unwrap_or(MAX_TIMESTAMP_MS)
+}
+
 /// Milliseconds, rounded up, for a duration given in seconds as a float;
 /// saturates instead of overflowing, so no input can make it panic.
 pub(crate) fn ceil_ms(seconds: f64) -> i64 {
