@@ -1,5 +1,6 @@
 //! The race of the seeds: many clients hammering one key. Read-modify-write
-//! from clients lets extra requests through; an atomic check must not.
+//! from clients lets extra requests through; an atomic check must not. The
+//! heavy tests run one at a time (`serial`) so two cores are not oversubscribed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -7,6 +8,7 @@ mod common;
 use std::thread;
 
 use common::*;
+use serial_test::serial;
 
 fn hammer(server: &Server, words: &'static [&'static str], clients: usize, calls: usize) -> i64 {
     let port = server.port;
@@ -27,6 +29,7 @@ fn hammer(server: &Server, words: &'static [&'static str], clients: usize, calls
 }
 
 #[test]
+#[serial(heavy)]
 fn thirty_two_clients_on_one_token_bucket_get_exactly_its_capacity() {
     let server = Server::start(&[]);
     // Capacity 100, a negligible rate (one token per ~3 hours).
@@ -35,6 +38,7 @@ fn thirty_two_clients_on_one_token_bucket_get_exactly_its_capacity() {
 }
 
 #[test]
+#[serial(heavy)]
 fn thirty_two_clients_on_one_sliding_counter_get_exactly_its_limit() {
     let server = Server::start(&[]);
     let allowed = hammer(

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use redis::Connection;
+use serial_test::serial;
 
 /// A few keys of each type, in states other than fresh.
 fn make_keys(con: &mut Connection) -> Vec<String> {
@@ -137,6 +138,7 @@ fn aof_rewrite_then_restart_keeps_every_state() {
 }
 
 #[test]
+#[serial(heavy)]
 fn a_replica_holds_exactly_the_primary_state() {
     let primary = Server::start(&[]);
     let replica = Server::start(&[]);
