@@ -117,6 +117,40 @@ pub trait Algorithm: Clone + Sized {
         Ok(state)
     }
 
+    /// For algorithms whose state is costly to copy (the sliding log): whether
+    /// [`Algorithm::check`] at `now_ms` (already clamped) would allow `cost`,
+    /// answered without changing anything. `None`, the default, means the
+    /// algorithm does not offer this, and callers check on a copy.
+    fn allows_in_place(&self, _now_ms: i64, _cost: u64) -> Option<bool> {
+        None
+    }
+
+    /// [`Algorithm::check_with`] for a state already stored, updating it in
+    /// place. Returns the decision and whether the state changed (a request
+    /// was taken). When the algorithm can tell up front that the request will
+    /// be taken, the check runs on the state itself, without a copy.
+    fn check_stored(
+        &mut self,
+        params: Self::Params,
+        now_ms: i64,
+        cost: u64,
+        mode: Mode,
+    ) -> (Decision, bool) {
+        if mode == Mode::Take && self.params() == params {
+            let now_ms = now_ms.max(self.last_seen_ms());
+            if self.allows_in_place(now_ms, cost) == Some(true) {
+                return (self.check(now_ms, cost, Mode::Take), true);
+            }
+        }
+        match Self::check_with(Some(self), params, now_ms, cost, mode) {
+            (decision, Some(next)) => {
+                *self = next;
+                (decision, true)
+            }
+            (decision, None) => (decision, false),
+        }
+    }
+
     /// The whole life of one command, shared by every algorithm: start from
     /// the stored state (or a fresh one), take on `params`, check at `now_ms`
     /// clamped to the latest time the state has seen (a clock that stepped

@@ -474,6 +474,24 @@ impl Algorithm for SlidingLog {
         }
     }
 
+    /// Walks only the entries that left the window by `now_ms`: O(1)
+    /// amortised, as the next allowed check drops them.
+    fn allows_in_place(&self, now_ms: i64, cost: u64) -> Option<bool> {
+        let cutoff_ms = now_ms.saturating_sub(self.window());
+        let mut at_ms = self.oldest_ms;
+        let mut left = 0u64;
+        for entry in self.entries.iter() {
+            at_ms = at_ms.saturating_add(gap_ms(entry));
+            if at_ms > cutoff_ms {
+                break;
+            }
+            left = left.saturating_add(entry.count);
+        }
+        let held = self.total.saturating_sub(left);
+        let limit = self.params.limit;
+        Some(cost <= limit && held.checked_add(cost).is_some_and(|n| n <= limit))
+    }
+
     /// When the newest entry leaves the window.
     fn fresh_at_ms(&self) -> i64 {
         if self.entries.is_empty() {
@@ -1020,6 +1038,29 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn checking_a_stored_log_in_place_answers_and_stores_exactly_as_a_copy_would(
+            limit in 1u64..30,
+            window_ms in 1u64..2000,
+            ops in prop::collection::vec(op(), 1..200),
+        ) {
+            let p = params(limit, window_ms);
+            let (mut copy_path, mut in_place): (Option<SlidingLog>, Option<SlidingLog>) = (None, None);
+            let mut now = T0;
+            for (step, cost, peek) in ops {
+                now += step;
+                let mode = if peek { Mode::Peek } else { Mode::Take };
+                let d = call(&mut copy_path, p, now, cost, mode);
+                let e = match in_place.as_mut() {
+                    Some(state) => state.check_stored(p, now, cost, mode).0,
+                    None => call(&mut in_place, p, now, cost, mode),
+                };
+                prop_assert_eq!(d, e);
+                let encoded = |s: &Option<SlidingLog>| s.as_ref().map(encode);
+                prop_assert_eq!(encoded(&copy_path), encoded(&in_place));
+            }
+        }
+
         #[test]
         fn no_window_long_span_ever_holds_more_than_the_limit_and_nothing_fitting_is_denied(
             limit in 1u64..30,

@@ -130,7 +130,8 @@ unsafe extern "C" fn cl_throttle_command(ctx: Ctx, argv: Argv, argc: c_int) -> c
 }
 
 /// One check of one key: load its state, decide, and when a request was
-/// taken store the new state, set its expiry, and replicate it as its effect.
+/// taken store the new state (in place when the algorithm allows), set its
+/// expiry, and replicate it as its effect.
 fn apply<A: Stored>(
     ctx: Ctx,
     key_name: *mut raw::RedisModuleString,
@@ -139,31 +140,40 @@ fn apply<A: Stored>(
     mode: Mode,
 ) -> Result<Decision, CommandError> {
     let mut key = Key::open(ctx, key_name, mode == Mode::Take);
-    let stored = key.value::<A>()?;
-    let (decision, next) = A::check_with(stored.as_deref(), params, now_ms(), cost, mode);
-    if let Some(next) = next {
-        let fresh_at_ms = next.fresh_at_ms();
-        let mut blob = Vec::with_capacity(64);
-        next.encode(&mut blob);
-        match stored {
-            Some(slot) => *slot = next,
-            None => key.set(next)?,
-        }
-        key.expire_at(fresh_at_ms);
-        signal_modified(ctx, key_name);
-        // SAFETY: `ctx` is the running command's; format "sb" takes the key
-        // string object, then the state's bytes and their length.
-        unsafe {
-            rm!(RedisModule_Replicate)(
-                ctx,
-                SET_STATE_COMMAND.as_ptr(),
-                c"sb".as_ptr(),
-                key_name,
-                buffer_ptr(&blob),
-                blob.len(),
-            )
-        };
-    }
+    let now_ms = now_ms();
+    let mut blob = Vec::new();
+    let (decision, fresh_at_ms) = match key.value::<A>()? {
+        Some(stored) => match stored.check_stored(params, now_ms, cost, mode) {
+            (decision, true) => {
+                stored.encode(&mut blob);
+                (decision, stored.fresh_at_ms())
+            }
+            (decision, false) => return Ok(decision),
+        },
+        None => match A::check_with(None, params, now_ms, cost, mode) {
+            (decision, Some(next)) => {
+                let fresh_at_ms = next.fresh_at_ms();
+                next.encode(&mut blob);
+                key.set(next)?;
+                (decision, fresh_at_ms)
+            }
+            (decision, None) => return Ok(decision),
+        },
+    };
+    key.expire_at(fresh_at_ms);
+    signal_modified(ctx, key_name);
+    // SAFETY: `ctx` is the running command's; format "sb" takes the key
+    // string object, then the state's bytes and their length.
+    unsafe {
+        rm!(RedisModule_Replicate)(
+            ctx,
+            SET_STATE_COMMAND.as_ptr(),
+            c"sb".as_ptr(),
+            key_name,
+            buffer_ptr(&blob),
+            blob.len(),
+        )
+    };
     Ok(decision)
 }
 
