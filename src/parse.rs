@@ -11,16 +11,26 @@ use crate::algorithms::token_bucket::TokenBucketParams;
 use crate::algorithms::{MAX_AMOUNT, MAX_DURATION_MS};
 use crate::error::CommandError;
 
-/// `RL.TOKENBUCKET key capacity rate [COST n] [PEEK]`, after the key.
-pub fn token_bucket(args: &[&[u8]]) -> Result<(TokenBucketParams, CheckOptions), CommandError> {
+/// `capacity rate [COST n] [PEEK]`, the parameters of both bucket commands.
+fn capacity_and_rate(args: &[&[u8]]) -> Result<(u64, f64, CheckOptions), CommandError> {
     let [capacity, rate_per_s, options @ ..] = args else {
         return Err(CommandError::Arity);
     };
+    Ok((
+        amount(capacity, "capacity")?,
+        rate(rate_per_s, "rate")?,
+        check_options(options, ExtraOption::None)?,
+    ))
+}
+
+/// `RL.TOKENBUCKET key capacity rate [COST n] [PEEK]`, after the key.
+pub fn token_bucket(args: &[&[u8]]) -> Result<(TokenBucketParams, CheckOptions), CommandError> {
+    let (capacity, rate_per_s, options) = capacity_and_rate(args)?;
     let params = TokenBucketParams {
-        capacity: amount(capacity, "capacity")?,
-        rate_per_s: rate(rate_per_s, "rate")?,
+        capacity,
+        rate_per_s,
     };
-    Ok((params, check_options(options, ExtraOption::None)?))
+    Ok((params, options))
 }
 
 /// `limit window [COST n] [PEEK]`, the parameters of both window commands.
@@ -49,14 +59,12 @@ pub fn sliding_log(args: &[&[u8]]) -> Result<(SlidingLogParams, CheckOptions), C
 
 /// `RL.LEAKYBUCKET key capacity rate [COST n] [PEEK]`, after the key.
 pub fn leaky_bucket(args: &[&[u8]]) -> Result<(LeakyBucketParams, CheckOptions), CommandError> {
-    let [capacity, rate_per_s, options @ ..] = args else {
-        return Err(CommandError::Arity);
-    };
+    let (capacity, rate_per_s, options) = capacity_and_rate(args)?;
     let params = LeakyBucketParams {
-        capacity: amount(capacity, "capacity")?,
-        rate_per_s: rate(rate_per_s, "rate")?,
+        capacity,
+        rate_per_s,
     };
-    Ok((params, check_options(options, ExtraOption::None)?))
+    Ok((params, options))
 }
 
 /// `RL.GCRA key burst count period [COST n] [PEEK]`, after the key. `burst`
