@@ -272,23 +272,9 @@ fn bad_input_to_the_other_algorithms_gets_a_clear_error() {
 #[test]
 fn every_type_survives_reload_and_replicates_by_effect() {
     let primary = Server::start(&[]);
-    let replica = Server::start(&[]);
+    let replica = Server::start_replica_of(&primary);
     let mut p = primary.connect();
     let mut r = replica.connect();
-    run(
-        &mut r,
-        &["REPLICAOF", "127.0.0.1", &primary.port.to_string()],
-    )
-    .unwrap();
-    for _ in 0..500 {
-        if run(&mut r, &["INFO", "replication"])
-            .map(|v| format!("{v:?}").contains("master_link_status:up"))
-            .unwrap_or(false)
-        {
-            break;
-        }
-        sleep(Duration::from_millis(20));
-    }
     let mut keys = vec![];
     for &(cmd, params) in SPECS {
         for i in 0..3 {

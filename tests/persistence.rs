@@ -4,8 +4,7 @@
 
 mod common;
 
-use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use redis::Connection;
@@ -58,23 +57,6 @@ fn snapshot(con: &mut Connection, keys: &[String]) -> Vec<(Option<Vec<u8>>, Stri
     keys.iter()
         .map(|k| (dump(con, k), digest_value(con, k)))
         .collect()
-}
-
-fn info_field(con: &mut Connection, section: &str, field: &str) -> String {
-    let info: String = redis::cmd("INFO").arg(section).query(con).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or("")
-        .trim()
-        .to_string()
-}
-
-fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]
@@ -141,17 +123,9 @@ fn aof_rewrite_then_restart_keeps_every_state() {
 #[serial(heavy)]
 fn a_replica_holds_exactly_the_primary_state() {
     let primary = Server::start(&[]);
-    let replica = Server::start(&[]);
+    let replica = Server::start_replica_of(&primary);
     let mut p = primary.connect();
     let mut r = replica.connect();
-    run(
-        &mut r,
-        &["REPLICAOF", "127.0.0.1", &primary.port.to_string()],
-    )
-    .unwrap();
-    wait_for("the replica link", Duration::from_secs(20), || {
-        info_field(&mut r, "replication", "master_link_status") == "up"
-    });
     // Thousands of mixed calls: both algorithms, costs, peeks, parameter
     // changes and denials, with a simple deterministic generator.
     let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;

@@ -82,6 +82,21 @@ impl Server {
         server
     }
 
+    /// A server replicating `primary`, returned once the link is up.
+    pub fn start_replica_of(primary: &Server) -> Server {
+        let replica = Server::start(&[]);
+        let mut con = replica.connect();
+        run(
+            &mut con,
+            &["REPLICAOF", "127.0.0.1", &primary.port.to_string()],
+        )
+        .unwrap();
+        wait_for("the replica link", Duration::from_secs(20), || {
+            info_field(&mut con, "replication", "master_link_status") == "up"
+        });
+        replica
+    }
+
     /// Starts the process again, on the same port and directory (after `stop`).
     pub fn launch(&mut self) {
         for attempt in 0..5 {
@@ -227,4 +242,23 @@ pub fn digest_value(con: &mut Connection, key: &str) -> String {
 pub fn server_time_ms(con: &mut Connection) -> i64 {
     let (s, us): (i64, i64) = redis::cmd("TIME").query(con).unwrap();
     s * 1000 + us / 1000
+}
+
+/// One field of `INFO <section>` ("" when absent).
+pub fn info_field(con: &mut Connection, section: &str, field: &str) -> String {
+    let info: String = redis::cmd("INFO").arg(section).query(con).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+/// Polls `done` until it holds, failing the test after `timeout`.
+pub fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        sleep(Duration::from_millis(20));
+    }
 }
