@@ -5,6 +5,8 @@
 //! talks to the Redis module API.
 
 pub mod algorithms;
+#[cfg(not(test))]
+mod alloc;
 pub mod encoding;
 pub mod error;
 pub mod parse;
@@ -23,7 +25,7 @@ use redis::types::{
 redis_module::redis_module! {
     name: "ratelimit",
     version: 1,
-    allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+    allocator: (alloc::ModuleAlloc, alloc::ModuleAlloc),
     data_types: [
         TOKEN_BUCKET_TYPE,
         SLIDING_COUNTER_TYPE,
