@@ -40,6 +40,16 @@ impl<'a> Reader<'a> {
         Ok(*head)
     }
 
+    /// The next `len` bytes as they are.
+    pub fn bytes(&mut self, len: usize) -> Result<&'a [u8], DecodeError> {
+        if len > self.bytes.len() {
+            return Err(DecodeError("state is truncated"));
+        }
+        let (head, rest) = self.bytes.split_at(len);
+        self.bytes = rest;
+        Ok(head)
+    }
+
     pub fn u8(&mut self) -> Result<u8, DecodeError> {
         Ok(self.take::<1>()?[0])
     }

@@ -17,8 +17,8 @@ mod redis;
 use redis::init;
 #[cfg(not(test))]
 use redis::types::{
-    FIXED_WINDOW_TYPE, GCRA_TYPE, LEAKY_BUCKET_TYPE, SLIDING_COUNTER_TYPE, SLIDING_LOG_TYPE,
-    TOKEN_BUCKET_TYPE,
+    FIXED_WINDOW_TYPE, GCRA_TYPE, LEAKY_BUCKET_TYPE, LEASES_TYPE, SLIDING_COUNTER_TYPE,
+    SLIDING_LOG_TYPE, TOKEN_BUCKET_TYPE,
 };
 
 #[cfg(not(test))]
@@ -33,6 +33,7 @@ redis_module::redis_module! {
         SLIDING_LOG_TYPE,
         LEAKY_BUCKET_TYPE,
         GCRA_TYPE,
+        LEASES_TYPE,
     ],
     init: init,
 }

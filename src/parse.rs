@@ -2,6 +2,7 @@
 //! and the option words shared by every check command. Every failure is a
 //! [`CommandError`] carrying the one conventional reply text for it.
 
+use crate::algorithms::concurrency::{LeaseParams, MAX_ID_BYTES};
 use crate::algorithms::fixed_window::FixedWindowParams;
 use crate::algorithms::gcra::{cl_throttle_args, ClThrottleArgs, GcraParams};
 use crate::algorithms::leaky_bucket::LeakyBucketParams;
@@ -141,6 +142,147 @@ pub fn sliding_counter(
         precision: options.precision.unwrap_or(1),
     };
     Ok((params, options))
+}
+
+/// One tier of `RL.ALL`: an algorithm and its parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Tier {
+    TokenBucket(TokenBucketParams),
+    SlidingCounter(SlidingCounterParams),
+    FixedWindow(FixedWindowParams),
+    SlidingLog(SlidingLogParams),
+    LeakyBucket(LeakyBucketParams),
+    Gcra(GcraParams),
+}
+
+/// `RL.ALL numkeys key [key ...] <ALGORITHM params> [...] [COST n] [PEEK]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllArgs {
+    /// The tiers, one per key, in key order; the keys are the arguments
+    /// right after `numkeys`.
+    pub tiers: Vec<Tier>,
+    pub options: CheckOptions,
+}
+
+const ALGORITHMS: &str =
+    "TOKENBUCKET, SLIDINGCOUNTER, FIXEDWINDOW, SLIDINGLOG, LEAKYBUCKET or GCRA";
+
+/// `numkeys` of `RL.ALL`, given everything after the command name: a whole
+/// number from 1 to the number of arguments that follow it. Used both to
+/// parse and to answer Redis's question of which arguments are keys.
+pub fn numkeys(args: &[&[u8]]) -> Result<usize, CommandError> {
+    let Some(first) = args.first() else {
+        return Err(CommandError::Arity);
+    };
+    let given = args.len() - 1;
+    let n = std::str::from_utf8(first)
+        .ok()
+        .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|t| t.parse::<usize>().ok())
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| CommandError::must_be("numkeys", "a whole number of at least 1"))?;
+    if n > given {
+        return Err(CommandError::must_be(
+            "numkeys",
+            "at most the number of arguments after it",
+        ));
+    }
+    Ok(n)
+}
+
+/// Parses `RL.ALL`'s arguments after the command name.
+pub fn all(args: &[&[u8]]) -> Result<AllArgs, CommandError> {
+    let n = numkeys(args)?;
+    let (keys, mut rest) = args[1..].split_at(n);
+    for (i, key) in keys.iter().enumerate() {
+        if keys[..i].contains(key) {
+            let shown = String::from_utf8_lossy(key);
+            return Err(CommandError::syntax(&format!(
+                "key '{shown}' is given more than once"
+            )));
+        }
+    }
+    let mut tiers = Vec::with_capacity(n);
+    while tiers.len() < n {
+        let Some((name, after)) = rest.split_first() else {
+            return Err(CommandError::syntax(&format!(
+                "{n} keys need {n} algorithm specs, {} given",
+                tiers.len()
+            )));
+        };
+        let name = name.to_ascii_uppercase();
+        let wanted = match &name[..] {
+            b"GCRA" => 3,
+            b"TOKENBUCKET" | b"SLIDINGCOUNTER" | b"FIXEDWINDOW" | b"SLIDINGLOG"
+            | b"LEAKYBUCKET" => 2,
+            _ => {
+                return Err(CommandError::syntax(&format!(
+                    "unknown algorithm '{}' (expected {ALGORITHMS})",
+                    String::from_utf8_lossy(&name)
+                )))
+            }
+        };
+        // A sliding counter's PRECISION belongs to its own spec.
+        let with_precision = name == b"SLIDINGCOUNTER"
+            && after
+                .get(2)
+                .is_some_and(|w| w.eq_ignore_ascii_case(b"PRECISION"));
+        if after.len() < wanted {
+            return Err(CommandError::syntax(&format!(
+                "{} needs {wanted} parameters",
+                String::from_utf8_lossy(&name)
+            )));
+        }
+        let take = wanted + if with_precision { 2 } else { 0 };
+        if after.len() < take {
+            return Err(CommandError::syntax("PRECISION needs a value"));
+        }
+        let (params, next) = after.split_at(take);
+        tiers.push(match &name[..] {
+            b"TOKENBUCKET" => Tier::TokenBucket(token_bucket(params)?.0),
+            b"SLIDINGCOUNTER" => Tier::SlidingCounter(sliding_counter(params)?.0),
+            b"FIXEDWINDOW" => Tier::FixedWindow(fixed_window(params)?.0),
+            b"SLIDINGLOG" => Tier::SlidingLog(sliding_log(params)?.0),
+            b"LEAKYBUCKET" => Tier::LeakyBucket(leaky_bucket(params)?.0),
+            _ => Tier::Gcra(gcra(params)?.0),
+        });
+        rest = next;
+    }
+    let options = check_options(rest, ExtraOption::None)?;
+    Ok(AllArgs { tiers, options })
+}
+
+/// `RL.ACQUIRE key limit lease [ID id]`, after the key: the parameters and
+/// the id, when the caller chose one.
+pub fn acquire(args: &[&[u8]]) -> Result<(LeaseParams, Option<Vec<u8>>), CommandError> {
+    let [limit, lease, options @ ..] = args else {
+        return Err(CommandError::Arity);
+    };
+    let params = LeaseParams {
+        limit: amount(limit, "limit")?,
+        lease_ms: duration_ms(lease, "lease")?,
+    };
+    let mut id = None;
+    let mut words = options.iter();
+    while let Some(word) = words.next() {
+        if !word.eq_ignore_ascii_case(b"ID") {
+            return Err(CommandError::unknown_option(word));
+        }
+        if id.is_some() {
+            return Err(CommandError::repeated_option("ID"));
+        }
+        id = Some(lease_id(value_of(words.next(), "ID")?)?);
+    }
+    Ok((params, id))
+}
+
+/// A lease id: 1 to 64 bytes.
+pub fn lease_id(id: &[u8]) -> Result<Vec<u8>, CommandError> {
+    if (1..=MAX_ID_BYTES).contains(&id.len()) {
+        Ok(id.to_vec())
+    } else {
+        Err(CommandError::must_be("id", "1 to 64 bytes"))
+    }
 }
 
 /// The options every check command takes after its parameters, plus
@@ -502,6 +644,128 @@ mod tests {
         assert_eq!(
             text(check_options(&[b"PRECISION", b"2", b"PRECISION", b"2"], p)),
             "ERR syntax error: PRECISION given more than once"
+        );
+    }
+
+    fn all_of(words: &[&str]) -> Result<AllArgs, CommandError> {
+        let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+        all(&args)
+    }
+
+    #[test]
+    fn all_reads_one_spec_per_key_then_the_shared_options() {
+        let parsed = all_of(&[
+            "3",
+            "a",
+            "b",
+            "c",
+            "tokenbucket",
+            "10",
+            "1",
+            "SlidingCounter",
+            "5",
+            "1m",
+            "precision",
+            "6",
+            "GCRA",
+            "0",
+            "1",
+            "1s",
+            "PEEK",
+            "cost",
+            "2",
+        ])
+        .unwrap();
+        assert_eq!(parsed.tiers.len(), 3);
+        assert_eq!(
+            parsed.tiers[0],
+            Tier::TokenBucket(TokenBucketParams {
+                capacity: 10,
+                rate_per_s: 1.0
+            })
+        );
+        assert_eq!(
+            parsed.tiers[1],
+            Tier::SlidingCounter(SlidingCounterParams {
+                limit: 5,
+                window_ms: 60_000,
+                precision: 6
+            })
+        );
+        assert_eq!(
+            parsed.tiers[2],
+            Tier::Gcra(GcraParams {
+                burst: 0,
+                count: 1,
+                period_ms: 1000
+            })
+        );
+        assert_eq!((parsed.options.cost, parsed.options.peek), (2, true));
+    }
+
+    #[test]
+    fn numkeys_counts_the_keys_and_no_more_than_are_given() {
+        let n = |words: &[&str]| {
+            let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+            text(numkeys(&args))
+        };
+        assert_eq!(n(&["2", "a", "b", "x"]), "ok 2");
+        assert_eq!(
+            n(&["3", "a", "b"]),
+            "ERR numkeys must be at most the number of arguments after it"
+        );
+        for bad in ["0", "-1", "+1", "1.0", "", "99999999999999999999999"] {
+            assert_eq!(
+                n(&[bad, "a"]),
+                "ERR numkeys must be a whole number of at least 1",
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn all_refuses_missing_unknown_and_extra_specs_and_repeated_keys() {
+        let cases: &[(&[&str], &str)] = &[
+            (&["2", "a", "b", "FIXEDWINDOW", "1", "1"], "ERR syntax error: 2 keys need 2 algorithm specs, 1 given"),
+            (&["1", "a", "LUA", "1", "1"], "ERR syntax error: unknown algorithm 'LUA' (expected TOKENBUCKET, SLIDINGCOUNTER, FIXEDWINDOW, SLIDINGLOG, LEAKYBUCKET or GCRA)"),
+            (&["1", "a", "SLIDINGLOG", "1"], "ERR syntax error: SLIDINGLOG needs 2 parameters"),
+            (&["1", "a", "SLIDINGLOG", "1", "1", "SLIDINGLOG", "1", "1"], "ERR syntax error: unknown option 'SLIDINGLOG'"),
+            (&["2", "k", "k", "SLIDINGLOG", "1", "1", "SLIDINGLOG", "1", "1"], "ERR syntax error: key 'k' is given more than once"),
+            (&["1", "a", "SLIDINGCOUNTER", "1", "1", "PRECISION"], "ERR syntax error: PRECISION needs a value"),
+            (&["1", "a", "SLIDINGCOUNTER", "1", "1", "PRECISION", "0"], "ERR PRECISION must be an integer from 1 to 1000"),
+        ];
+        for (words, expected) in cases {
+            assert_eq!(text(all_of(words)), *expected, "{words:?}");
+        }
+    }
+
+    #[test]
+    fn acquire_takes_limit_lease_and_an_optional_id() {
+        let a = |words: &[&str]| {
+            let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+            text(acquire(&args))
+        };
+        assert_eq!(
+            a(&["3", "30s"]),
+            "ok (LeaseParams { limit: 3, lease_ms: 30000 }, None)"
+        );
+        assert_eq!(
+            a(&["3", "250ms", "id", "w"]),
+            "ok (LeaseParams { limit: 3, lease_ms: 250 }, Some([119]))"
+        );
+        assert_eq!(a(&["3"]), "ERR wrong number of arguments");
+        assert_eq!(a(&["3", "1s", "ID"]), "ERR syntax error: ID needs a value");
+        assert_eq!(
+            a(&["3", "1s", "PEEK"]),
+            "ERR syntax error: unknown option 'PEEK'"
+        );
+        assert_eq!(
+            a(&["3", "1s", "ID", "a", "id", "b"]),
+            "ERR syntax error: ID given more than once"
+        );
+        assert_eq!(
+            a(&["3", "1s", "ID", &"x".repeat(65)]),
+            "ERR id must be 1 to 64 bytes"
         );
     }
 }

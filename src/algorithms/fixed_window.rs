@@ -16,7 +16,9 @@
 //! count belongs to is the window of that time, so a count from an older
 //! window is simply read as zero and nothing has to run in the background.
 
-use super::{Algorithm, Decision, Mode, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS};
+use super::{
+    Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS,
+};
 use crate::encoding::{ensure, put_i64, put_u64, DecodeError, Reader};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +69,6 @@ impl FixedWindow {
 
 impl Algorithm for FixedWindow {
     type Params = FixedWindowParams;
-    const TAG: u8 = 3;
 
     fn fresh(params: FixedWindowParams, now_ms: i64) -> Self {
         Self {
@@ -125,6 +126,24 @@ impl Algorithm for FixedWindow {
             reset_after_ms: self.fresh_at_ms().saturating_sub(now_ms).max(0),
             delay_ms: None,
         }
+    }
+}
+
+impl State for FixedWindow {
+    const TAG: u8 = 3;
+    const NAME: &'static str = "fixedwindow";
+
+    fn describe(&self) -> Vec<(&'static str, Field)> {
+        vec![
+            ("limit", Field::Int(self.params.limit as i64)),
+            ("window_ms", Field::Int(self.params.window_ms as i64)),
+            ("count", Field::Int(self.count as i64)),
+            (
+                "window_end_ms",
+                Field::Int(self.window_end_ms(self.updated_ms)),
+            ),
+            ("updated_ms", Field::Int(self.updated_ms)),
+        ]
     }
 
     /// The end of the current window, when anything was counted in it.

@@ -25,7 +25,7 @@
 //! `retry_after_ms` is allowed, one that waits a millisecond less is not.
 
 use super::{
-    ms_to_ns, ns_to_ms_ceil, Algorithm, Decision, Mode, MAX_AMOUNT, MAX_DURATION_MS,
+    ms_to_ns, ns_to_ms_ceil, Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS,
     MAX_TIMESTAMP_MS, NS_PER_MS,
 };
 use crate::encoding::{ensure, put_i64, put_u64, DecodeError, Reader};
@@ -89,7 +89,6 @@ impl Gcra {
 
 impl Algorithm for Gcra {
     type Params = GcraParams;
-    const TAG: u8 = 6;
 
     fn fresh(params: GcraParams, now_ms: i64) -> Self {
         Self {
@@ -158,6 +157,21 @@ impl Algorithm for Gcra {
             reset_after_ms: self.fresh_at_ms().saturating_sub(now_ms).max(0),
             delay_ms: None,
         }
+    }
+}
+
+impl State for Gcra {
+    const TAG: u8 = 6;
+    const NAME: &'static str = "gcra";
+
+    fn describe(&self) -> Vec<(&'static str, Field)> {
+        vec![
+            ("burst", Field::Int(self.params.burst as i64)),
+            ("count", Field::Int(self.params.count as i64)),
+            ("period_ms", Field::Int(self.params.period_ms as i64)),
+            ("tat_ms", Field::Int(ns_to_ms_ceil(self.tat_ns))),
+            ("updated_ms", Field::Int(self.updated_ms)),
+        ]
     }
 
     /// The TAT, rounded up to the millisecond.

@@ -24,7 +24,7 @@
 //! Replies round up to whole milliseconds, so no caller acts too early.
 
 use super::{
-    ms_to_ns, ns_to_ms_ceil, Algorithm, Decision, Mode, MAX_AMOUNT, MAX_DURATION_MS,
+    ms_to_ns, ns_to_ms_ceil, Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS,
     MAX_TIMESTAMP_MS, NS_PER_MS,
 };
 use crate::encoding::{ensure, put_f64, put_i64, put_u64, DecodeError, Reader};
@@ -85,7 +85,6 @@ impl LeakyBucket {
 
 impl Algorithm for LeakyBucket {
     type Params = LeakyBucketParams;
-    const TAG: u8 = 5;
 
     fn fresh(params: LeakyBucketParams, now_ms: i64) -> Self {
         Self {
@@ -153,6 +152,20 @@ impl Algorithm for LeakyBucket {
             reset_after_ms: self.fresh_at_ms().saturating_sub(now_ms).max(0),
             delay_ms: allowed.then(|| ns_to_ms_ceil(start.saturating_sub(now))),
         }
+    }
+}
+
+impl State for LeakyBucket {
+    const TAG: u8 = 5;
+    const NAME: &'static str = "leakybucket";
+
+    fn describe(&self) -> Vec<(&'static str, Field)> {
+        vec![
+            ("capacity", Field::Int(self.params.capacity as i64)),
+            ("rate_per_s", Field::Float(self.params.rate_per_s)),
+            ("empty_at_ms", Field::Int(ns_to_ms_ceil(self.drain_ns))),
+            ("updated_ms", Field::Int(self.updated_ms)),
+        ]
     }
 
     /// The drain time, rounded up to the millisecond.

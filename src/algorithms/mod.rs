@@ -6,6 +6,7 @@
 //! time-dependent behaviour can be tested with a fake clock. The Redis layer
 //! (`crate::redis`) only parses, loads, calls, stores, replicates and replies.
 
+pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
@@ -47,6 +48,43 @@ pub struct Decision {
     pub delay_ms: Option<i64>,
 }
 
+impl Decision {
+    /// The answer of several tiers checked together (RL.ALL): allowed only
+    /// when every tier allows; the limit and remaining of the tightest tier
+    /// (the least remaining, then the smallest limit); the longest wait
+    /// (never, -1, when any tier can never allow); the latest reset.
+    pub fn all_of(tiers: &[Decision]) -> Decision {
+        let tightest = tiers
+            .iter()
+            .min_by_key(|d| (d.remaining, d.limit))
+            .copied()
+            .unwrap_or(Decision {
+                allowed: false,
+                limit: 0,
+                remaining: 0,
+                retry_after_ms: -1,
+                reset_after_ms: 0,
+                delay_ms: None,
+            });
+        let allowed = !tiers.is_empty() && tiers.iter().all(|d| d.allowed);
+        let retry_after_ms = if allowed {
+            0
+        } else if tiers.iter().any(|d| d.retry_after_ms < 0) {
+            -1
+        } else {
+            tiers.iter().map(|d| d.retry_after_ms).max().unwrap_or(0)
+        };
+        Decision {
+            allowed,
+            limit: tightest.limit,
+            remaining: tightest.remaining,
+            retry_after_ms,
+            reset_after_ms: tiers.iter().map(|d| d.reset_after_ms).max().unwrap_or(0),
+            delay_ms: None,
+        }
+    }
+}
+
 /// Whether a check takes what it allows, or only looks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -57,13 +95,68 @@ pub enum Mode {
     Peek,
 }
 
+/// One value of RL.INFO's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Field {
+    /// A whole number (counts, limits, Unix ms, ms).
+    Int(i64),
+    /// A rate or a fractional amount.
+    Float(f64),
+    /// Bytes such as a lease id.
+    Text(Vec<u8>),
+    /// Several values (a sliding counter's buckets, a limiter's leases).
+    List(Vec<Field>),
+}
+
+/// Every value the module stores: its encoding, when it is as good as new,
+/// and what it says about itself to a person (RL.INFO).
+pub trait State: Clone + Sized {
+    /// The tag that starts this value's encoding (see `crate::encoding`).
+    const TAG: u8;
+
+    /// The algorithm's name in RL.INFO: its command without `RL.`, lower case.
+    const NAME: &'static str;
+
+    /// The moment (Unix ms) from which this state is as good as a fresh one:
+    /// the key's expiry time.
+    fn fresh_at_ms(&self) -> i64;
+
+    /// Bytes of heap memory this state owns beyond its own size.
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+
+    /// The parameters as last used, then the state as stored, as named
+    /// fields (units in the names).
+    fn describe(&self) -> Vec<(&'static str, Field)>;
+
+    /// Append the encoding of the state, after its tag, to `out`.
+    fn encode_body(&self, out: &mut Vec<u8>);
+
+    /// Read a state written by [`State::encode_body`], rejecting anything
+    /// that is not a state this code could have produced.
+    fn decode_body(input: &mut Reader<'_>) -> Result<Self, DecodeError>;
+
+    /// The state's full encoding: its tag, then its body.
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.push(Self::TAG);
+        self.encode_body(out);
+    }
+
+    /// Reads a full encoding written by [`State::encode`], every byte of it.
+    fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let mut input = Reader::new(bytes);
+        ensure(input.u8()? == Self::TAG, "state is of another algorithm")?;
+        let state = Self::decode_body(&mut input)?;
+        input.finish()?;
+        Ok(state)
+    }
+}
+
 /// One rate-limiting algorithm: its state, which carries its parameters.
-pub trait Algorithm: Clone + Sized {
+pub trait Algorithm: State {
     /// The numbers a caller gives with each check (capacity, rate, window...).
     type Params: Copy + PartialEq + std::fmt::Debug;
-
-    /// The tag that starts this algorithm's encoding (see `crate::encoding`).
-    const TAG: u8;
 
     /// A state as good as new: nothing used yet.
     fn fresh(params: Self::Params, now_ms: i64) -> Self;
@@ -85,37 +178,6 @@ pub trait Algorithm: Clone + Sized {
     /// taken from the state. The state may be brought up to date either way;
     /// callers keep it only when a request was taken.
     fn check(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Decision;
-
-    /// The moment (Unix ms) from which this state is as good as a fresh one:
-    /// the key's expiry time.
-    fn fresh_at_ms(&self) -> i64;
-
-    /// Bytes of heap memory this state owns beyond its own size.
-    fn heap_bytes(&self) -> usize {
-        0
-    }
-
-    /// Append the encoding of the state, after its tag, to `out`.
-    fn encode_body(&self, out: &mut Vec<u8>);
-
-    /// Read a state written by [`Algorithm::encode_body`], rejecting anything
-    /// that is not a state this code could have produced.
-    fn decode_body(input: &mut Reader<'_>) -> Result<Self, DecodeError>;
-
-    /// The state's full encoding: its tag, then its body.
-    fn encode(&self, out: &mut Vec<u8>) {
-        out.push(Self::TAG);
-        self.encode_body(out);
-    }
-
-    /// Reads a full encoding written by [`Algorithm::encode`], every byte of it.
-    fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let mut input = Reader::new(bytes);
-        ensure(input.u8()? == Self::TAG, "state is of another algorithm")?;
-        let state = Self::decode_body(&mut input)?;
-        input.finish()?;
-        Ok(state)
-    }
 
     /// For algorithms whose state is costly to copy (the sliding log): whether
     /// [`Algorithm::check`] at `now_ms` (already clamped) would allow `cost`,
@@ -205,5 +267,51 @@ pub(crate) fn ceil_ms(seconds: f64) -> i64 {
         MAX_TIMESTAMP_MS
     } else {
         ms as i64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decision(allowed: bool, limit: u64, remaining: u64, retry: i64, reset: i64) -> Decision {
+        Decision {
+            allowed,
+            limit,
+            remaining,
+            retry_after_ms: retry,
+            reset_after_ms: reset,
+            delay_ms: None,
+        }
+    }
+
+    #[test]
+    fn tiers_allow_together_with_the_tightest_remaining_and_the_latest_reset() {
+        let all = Decision::all_of(&[
+            decision(true, 10, 7, 0, 3000),
+            decision(true, 100, 2, 0, 60_000),
+            decision(true, 1000, 900, 0, 5000),
+        ]);
+        assert_eq!(all, decision(true, 100, 2, 0, 60_000));
+    }
+
+    #[test]
+    fn one_denying_tier_denies_with_the_longest_wait() {
+        let all = Decision::all_of(&[
+            decision(false, 10, 0, 400, 3000),
+            decision(true, 100, 50, 0, 1000),
+            decision(false, 5, 0, 900, 900),
+        ]);
+        assert_eq!(all, decision(false, 5, 0, 900, 3000));
+    }
+
+    #[test]
+    fn a_tier_that_can_never_allow_makes_the_wait_never() {
+        let all = Decision::all_of(&[
+            decision(false, 10, 5, 100, 10),
+            decision(false, 3, 3, -1, 0),
+        ]);
+        assert_eq!(all.retry_after_ms, -1);
+        assert!(!all.allowed);
     }
 }

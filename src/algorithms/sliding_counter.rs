@@ -12,7 +12,9 @@
 //! bucket is exactly `window_ms` ticks long, and the weighted count is
 //! compared as an integer scaled by `window_ms`.
 
-use super::{Algorithm, Decision, Mode, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS};
+use super::{
+    Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS,
+};
 use crate::encoding::{ensure, put_i64, put_u16, put_u64, DecodeError, Reader};
 
 /// The most sub-windows a window may be cut into.
@@ -127,7 +129,6 @@ fn ticks_to_ms_ceil(ticks: i128, n: i128) -> i64 {
 
 impl Algorithm for SlidingCounter {
     type Params = SlidingCounterParams;
-    const TAG: u8 = 2;
 
     fn fresh(params: SlidingCounterParams, now_ms: i64) -> Self {
         Self {
@@ -198,6 +199,25 @@ impl Algorithm for SlidingCounter {
             reset_after_ms: self.fresh_at_ms().saturating_sub(now_ms).max(0),
             delay_ms: None,
         }
+    }
+}
+
+impl State for SlidingCounter {
+    const TAG: u8 = 2;
+    const NAME: &'static str = "slidingcounter";
+
+    fn describe(&self) -> Vec<(&'static str, Field)> {
+        let newest = self.bucket_of(self.updated_ms);
+        let counts = (newest - self.n()..=newest)
+            .map(|bucket| Field::Int(i64::try_from(self.count(bucket)).unwrap_or(i64::MAX)))
+            .collect();
+        vec![
+            ("limit", Field::Int(self.params.limit as i64)),
+            ("window_ms", Field::Int(self.params.window_ms as i64)),
+            ("precision", Field::Int(i64::from(self.params.precision))),
+            ("bucket_counts", Field::List(counts)),
+            ("updated_ms", Field::Int(self.updated_ms)),
+        ]
     }
 
     /// The newest bucket holding a request stops counting once it has slid

@@ -44,7 +44,9 @@
 
 use std::collections::VecDeque;
 
-use super::{Algorithm, Decision, Mode, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS};
+use super::{
+    Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS,
+};
 use crate::encoding::{ensure, put_i64, put_u32, put_u64, DecodeError, Reader};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -398,7 +400,6 @@ impl SlidingLog {
 /// little-endian `u32`, with the helpers `crate::encoding` has.
 impl Algorithm for SlidingLog {
     type Params = SlidingLogParams;
-    const TAG: u8 = 4;
 
     fn fresh(params: SlidingLogParams, now_ms: i64) -> Self {
         Self {
@@ -490,6 +491,23 @@ impl Algorithm for SlidingLog {
         let held = self.total.saturating_sub(left);
         let limit = self.params.limit;
         Some(cost <= limit && held.checked_add(cost).is_some_and(|n| n <= limit))
+    }
+}
+
+impl State for SlidingLog {
+    const TAG: u8 = 4;
+    const NAME: &'static str = "slidinglog";
+
+    fn describe(&self) -> Vec<(&'static str, Field)> {
+        vec![
+            ("limit", Field::Int(self.params.limit as i64)),
+            ("window_ms", Field::Int(self.params.window_ms as i64)),
+            ("count", Field::Int(self.total as i64)),
+            ("entries", Field::Int(self.entries.len() as i64)),
+            ("oldest_ms", Field::Int(self.oldest_ms)),
+            ("newest_ms", Field::Int(self.newest_ms)),
+            ("updated_ms", Field::Int(self.updated_ms)),
+        ]
     }
 
     /// When the newest entry leaves the window.

@@ -9,7 +9,7 @@
 //! update: the count at any later time follows from the rate, so nothing has
 //! to run in the background and a denial needs no write.
 
-use super::{ceil_ms, Algorithm, Decision, Mode, MAX_AMOUNT, MAX_TIMESTAMP_MS};
+use super::{ceil_ms, Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_TIMESTAMP_MS};
 use crate::encoding::{ensure, put_f64, put_i64, put_u64, DecodeError, Reader};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -63,7 +63,6 @@ impl TokenBucket {
 
 impl Algorithm for TokenBucket {
     type Params = TokenBucketParams;
-    const TAG: u8 = 1;
 
     fn fresh(params: TokenBucketParams, now_ms: i64) -> Self {
         Self {
@@ -115,6 +114,20 @@ impl Algorithm for TokenBucket {
             reset_after_ms: self.fresh_at_ms().saturating_sub(now_ms).max(0),
             delay_ms: None,
         }
+    }
+}
+
+impl State for TokenBucket {
+    const TAG: u8 = 1;
+    const NAME: &'static str = "tokenbucket";
+
+    fn describe(&self) -> Vec<(&'static str, Field)> {
+        vec![
+            ("capacity", Field::Int(self.params.capacity as i64)),
+            ("rate_per_s", Field::Float(self.params.rate_per_s)),
+            ("tokens", Field::Float(self.tokens)),
+            ("updated_ms", Field::Int(self.updated_ms)),
+        ]
     }
 
     fn fresh_at_ms(&self) -> i64 {

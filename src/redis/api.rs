@@ -7,6 +7,7 @@ use std::ffi::{c_char, c_int, c_long, c_longlong, CString};
 
 use redis_module::raw;
 
+use crate::algorithms::Field;
 use crate::error::CommandError;
 
 /// The API function `$name`, checked at load time by [`missing_apis`].
@@ -65,6 +66,15 @@ required!(
     RedisModule_Free,
     RedisModule_DigestAddStringBuffer,
     RedisModule_DigestEndSequence,
+    RedisModule_ReplyWithMap,
+    RedisModule_ReplyWithDouble,
+    RedisModule_ReplyWithNull,
+    RedisModule_ReplyWithStringBuffer,
+    RedisModule_GetRandomHexChars,
+    RedisModule_GetExpire,
+    RedisModule_DeleteKey,
+    RedisModule_IsKeysPositionRequest,
+    RedisModule_KeyAtPos,
 );
 
 /// Unreachable once [`missing_apis`] passed at load time; if it ever is
@@ -143,6 +153,59 @@ pub fn reply_integers(ctx: *mut raw::RedisModuleCtx, values: &[i64]) -> c_int {
         }
     }
     raw::REDISMODULE_OK as c_int
+}
+
+/// A reply of field/value pairs: a map under RESP3, a flat array of
+/// alternating names and values under RESP2.
+pub fn reply_fields(ctx: *mut raw::RedisModuleCtx, fields: &[(&str, Field)]) -> c_int {
+    // SAFETY: `ctx` is the running command's context.
+    unsafe { rm!(RedisModule_ReplyWithMap)(ctx, fields.len() as c_long) };
+    for (name, value) in fields {
+        reply_bytes(ctx, name.as_bytes());
+        reply_field(ctx, value);
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+fn reply_field(ctx: *mut raw::RedisModuleCtx, field: &Field) {
+    match field {
+        // SAFETY (all arms): `ctx` is the running command's context.
+        Field::Int(v) => unsafe {
+            rm!(RedisModule_ReplyWithLongLong)(ctx, *v as c_longlong);
+        },
+        Field::Float(v) => unsafe {
+            rm!(RedisModule_ReplyWithDouble)(ctx, *v);
+        },
+        Field::Text(bytes) => reply_bytes(ctx, bytes),
+        Field::List(items) => {
+            // SAFETY: as above.
+            unsafe { rm!(RedisModule_ReplyWithArray)(ctx, items.len() as c_long) };
+            for item in items {
+                reply_field(ctx, item);
+            }
+        }
+    }
+}
+
+/// A bulk string.
+pub fn reply_bytes(ctx: *mut raw::RedisModuleCtx, bytes: &[u8]) {
+    // SAFETY: `ctx` is the running command's context; Redis copies the bytes.
+    unsafe { rm!(RedisModule_ReplyWithStringBuffer)(ctx, buffer_ptr(bytes), bytes.len()) };
+}
+
+pub fn reply_null(ctx: *mut raw::RedisModuleCtx) -> c_int {
+    // SAFETY: `ctx` is the running command's context.
+    unsafe { rm!(RedisModule_ReplyWithNull)(ctx) };
+    raw::REDISMODULE_OK as c_int
+}
+
+/// `len` random hex characters from the server's own generator, which is
+/// seeded from the operating system's entropy: not guessable by a client.
+pub fn random_hex(len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    // SAFETY: `out` has room for exactly `len` bytes.
+    unsafe { rm!(RedisModule_GetRandomHexChars)(out.as_mut_ptr().cast::<c_char>(), len) };
+    out
 }
 
 pub fn reply_ok(ctx: *mut raw::RedisModuleCtx) -> c_int {

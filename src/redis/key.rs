@@ -66,6 +66,40 @@ impl Key {
         Ok(unsafe { value.as_mut() })
     }
 
+    /// The state the key holds if it is an `A`; `None` when it is empty or
+    /// holds anything else.
+    pub fn value_if<A: Stored>(&mut self) -> Option<&mut A> {
+        self.value::<A>().ok().flatten()
+    }
+
+    /// Whether the key holds nothing.
+    pub fn is_empty(&self) -> bool {
+        // SAFETY: `ptr` is null or an open key.
+        self.ptr.is_null()
+            || unsafe { rm!(RedisModule_KeyType)(self.ptr) }
+                == raw::REDISMODULE_KEYTYPE_EMPTY as c_int
+    }
+
+    /// Milliseconds until the key expires; -1 when it has no expiry.
+    pub fn ttl_ms(&self) -> i64 {
+        if self.ptr.is_null() {
+            return -1;
+        }
+        // SAFETY: `ptr` is an open key.
+        let ttl = unsafe { rm!(RedisModule_GetExpire)(self.ptr) };
+        if ttl < 0 {
+            -1
+        } else {
+            ttl
+        }
+    }
+
+    /// Deletes the key (opened for writing).
+    pub fn delete(&self) {
+        // SAFETY: `ptr` is a key opened for writing.
+        unsafe { rm!(RedisModule_DeleteKey)(self.ptr) };
+    }
+
     /// Stores `value` in a key that holds nothing (or an `A`, which is freed).
     pub fn set<A: Stored>(&self, value: A) -> Result<(), CommandError> {
         let boxed = Box::into_raw(Box::new(value)).cast();

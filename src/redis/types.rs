@@ -9,13 +9,14 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::api::{buffer_ptr, rm};
+use crate::algorithms::concurrency::Leases;
 use crate::algorithms::fixed_window::FixedWindow;
 use crate::algorithms::gcra::Gcra;
 use crate::algorithms::leaky_bucket::LeakyBucket;
 use crate::algorithms::sliding_counter::SlidingCounter;
 use crate::algorithms::sliding_log::SlidingLog;
 use crate::algorithms::token_bucket::TokenBucket;
-use crate::algorithms::Algorithm;
+use crate::algorithms::{Algorithm, Decision, Mode, State};
 use crate::error::CommandError;
 use crate::parse::{self, CheckOptions};
 
@@ -28,10 +29,37 @@ const ENCODING_VERSION: i32 = 1;
 /// the key's expiry follows from it.
 pub const SET_STATE_COMMAND: &std::ffi::CStr = c"RL.SETSTATE";
 
-/// An algorithm stored in Redis: its type and how its command is parsed.
-pub trait Stored: Algorithm + 'static {
+/// A value stored in Redis: its type, and how it looks now (RL.INFO).
+pub trait Stored: State + 'static {
     fn redis_type() -> &'static RedisType;
+
+    /// What a request of 1 would be told at `now_ms`, changing nothing.
+    fn peek(&self, now_ms: i64) -> Decision;
+}
+
+/// An algorithm with its own check command: how that command is parsed.
+pub trait Checked: Stored + Algorithm {
     fn parse(args: &[&[u8]]) -> Result<(Self::Params, CheckOptions), CommandError>;
+}
+
+/// Every algorithm looks at itself with its own check, in peek mode.
+macro_rules! stored_algorithm {
+    ($ty:ty, $redis_type:ident, $parse:path) => {
+        impl Stored for $ty {
+            fn redis_type() -> &'static RedisType {
+                &$redis_type
+            }
+            fn peek(&self, now_ms: i64) -> Decision {
+                Self::check_with(Some(self), self.params(), now_ms, 1, Mode::Peek).0
+            }
+        }
+
+        impl Checked for $ty {
+            fn parse(args: &[&[u8]]) -> Result<(Self::Params, CheckOptions), CommandError> {
+                $parse(args)
+            }
+        }
+    };
 }
 
 pub static TOKEN_BUCKET_TYPE: RedisType =
@@ -45,58 +73,22 @@ pub static FIXED_WINDOW_TYPE: RedisType =
 pub static SLIDING_LOG_TYPE: RedisType =
     RedisType::new("rl_slolog", ENCODING_VERSION, methods::<SlidingLog>());
 pub static GCRA_TYPE: RedisType = RedisType::new("rl_gcrast", ENCODING_VERSION, methods::<Gcra>());
+pub static LEASES_TYPE: RedisType =
+    RedisType::new("rl_leases", ENCODING_VERSION, methods::<Leases>());
 
-impl Stored for TokenBucket {
-    fn redis_type() -> &'static RedisType {
-        &TOKEN_BUCKET_TYPE
-    }
-    fn parse(args: &[&[u8]]) -> Result<(Self::Params, CheckOptions), CommandError> {
-        parse::token_bucket(args)
-    }
-}
+stored_algorithm!(TokenBucket, TOKEN_BUCKET_TYPE, parse::token_bucket);
+stored_algorithm!(SlidingCounter, SLIDING_COUNTER_TYPE, parse::sliding_counter);
+stored_algorithm!(FixedWindow, FIXED_WINDOW_TYPE, parse::fixed_window);
+stored_algorithm!(SlidingLog, SLIDING_LOG_TYPE, parse::sliding_log);
+stored_algorithm!(LeakyBucket, LEAKY_BUCKET_TYPE, parse::leaky_bucket);
+stored_algorithm!(Gcra, GCRA_TYPE, parse::gcra);
 
-impl Stored for SlidingCounter {
+impl Stored for Leases {
     fn redis_type() -> &'static RedisType {
-        &SLIDING_COUNTER_TYPE
+        &LEASES_TYPE
     }
-    fn parse(args: &[&[u8]]) -> Result<(Self::Params, CheckOptions), CommandError> {
-        parse::sliding_counter(args)
-    }
-}
-
-impl Stored for FixedWindow {
-    fn redis_type() -> &'static RedisType {
-        &FIXED_WINDOW_TYPE
-    }
-    fn parse(args: &[&[u8]]) -> Result<(Self::Params, CheckOptions), CommandError> {
-        parse::fixed_window(args)
-    }
-}
-
-impl Stored for SlidingLog {
-    fn redis_type() -> &'static RedisType {
-        &SLIDING_LOG_TYPE
-    }
-    fn parse(args: &[&[u8]]) -> Result<(Self::Params, CheckOptions), CommandError> {
-        parse::sliding_log(args)
-    }
-}
-
-impl Stored for LeakyBucket {
-    fn redis_type() -> &'static RedisType {
-        &LEAKY_BUCKET_TYPE
-    }
-    fn parse(args: &[&[u8]]) -> Result<(Self::Params, CheckOptions), CommandError> {
-        parse::leaky_bucket(args)
-    }
-}
-
-impl Stored for Gcra {
-    fn redis_type() -> &'static RedisType {
-        &GCRA_TYPE
-    }
-    fn parse(args: &[&[u8]]) -> Result<(Self::Params, CheckOptions), CommandError> {
-        parse::gcra(args)
+    fn peek(&self, now_ms: i64) -> Decision {
+        Leases::peek(self, now_ms)
     }
 }
 
@@ -110,6 +102,7 @@ macro_rules! dispatch_on_tag {
             Some(&SlidingLog::TAG) => $f::<SlidingLog>($($args),*),
             Some(&LeakyBucket::TAG) => $f::<LeakyBucket>($($args),*),
             Some(&Gcra::TAG) => $f::<Gcra>($($args),*),
+            Some(&Leases::TAG) => $f::<Leases>($($args),*),
             _ => $otherwise,
         }
     };
@@ -140,7 +133,7 @@ const fn methods<A: Stored>() -> raw::RedisModuleTypeMethods {
     }
 }
 
-fn encoded<A: Algorithm>(state: &A) -> Vec<u8> {
+fn encoded<A: State>(state: &A) -> Vec<u8> {
     let mut buf = Vec::with_capacity(64);
     state.encode(&mut buf);
     buf
@@ -229,7 +222,7 @@ unsafe extern "C" fn aof_rewrite<A: Stored>(
 
 unsafe extern "C" fn mem_usage<A: Stored>(value: *const c_void) -> usize {
     // SAFETY: Redis passes a value of this type.
-    let heap = unsafe { state::<A>(value) }.map_or(0, Algorithm::heap_bytes);
+    let heap = unsafe { state::<A>(value) }.map_or(0, State::heap_bytes);
     std::mem::size_of::<A>() + heap
 }
 
