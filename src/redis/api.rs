@@ -75,6 +75,12 @@ required!(
     RedisModule_DeleteKey,
     RedisModule_IsKeysPositionRequest,
     RedisModule_KeyAtPos,
+    RedisModule_RegisterInfoFunc,
+    RedisModule_InfoAddSection,
+    RedisModule_InfoAddFieldULongLong,
+    RedisModule_RegisterBoolConfig,
+    RedisModule_LoadConfigs,
+    RedisModule_NotifyKeyspaceEvent,
 );
 
 /// Unreachable once [`missing_apis`] passed at load time; if it ever is

@@ -8,7 +8,9 @@ use super::api::{
     buffer_ptr, now_ms, random_hex, reply_bytes, reply_error, reply_fields, reply_integers,
     reply_null, reply_ok, rm, Args,
 };
+use super::config::on_denied;
 use super::key::Key;
+use super::stats::{self, Counter};
 use super::types::{dispatch_on_tag, Checked, Stored, SET_STATE_COMMAND};
 use crate::algorithms::concurrency::Leases;
 use crate::algorithms::fixed_window::FixedWindow;
@@ -91,7 +93,16 @@ fn check<A: Checked>(ctx: Ctx, args: &Args) -> Result<Decision, CommandError> {
     let key_name = args.raw(1).ok_or(CommandError::Arity)?;
     let (params, options) = A::parse(&args.bytes_from(2))?;
     let mode = if options.peek { Mode::Peek } else { Mode::Take };
-    apply::<A>(ctx, key_name, params, options.cost, mode)
+    let decision = apply::<A>(ctx, key_name, params, options.cost, mode)?;
+    count(A::counter(), mode, &decision);
+    Ok(decision)
+}
+
+/// Counts a decided request in `INFO ratelimit` (a peek is not a request).
+fn count(counter: &Counter, mode: Mode, decision: &Decision) {
+    if mode == Mode::Take {
+        counter.count(decision.allowed);
+    }
 }
 
 /// `CL.THROTTLE key max_burst count period [quantity]`: redis-cell's command
@@ -101,7 +112,9 @@ unsafe extern "C" fn cl_throttle_command(ctx: Ctx, argv: Argv, argc: c_int) -> c
     let args = unsafe { Args::new(argv, argc) };
     let result = args.raw(1).ok_or(CommandError::Arity).and_then(|key_name| {
         let throttle = crate::parse::cl_throttle(&args.bytes_from(2))?;
-        apply::<Gcra>(ctx, key_name, throttle.params, throttle.cost, throttle.mode)
+        let decision = apply::<Gcra>(ctx, key_name, throttle.params, throttle.cost, throttle.mode)?;
+        count(&stats::CL_THROTTLE, throttle.mode, &decision);
+        Ok(decision)
     });
     match result {
         Ok(decision) => reply_integers(ctx, &cl_throttle_reply(&decision)),
@@ -127,15 +140,31 @@ fn apply<A: Checked>(
                 store(ctx, &mut key, key_name, next)?;
                 Ok(decision)
             }
-            (decision, None) => Ok(decision),
+            (decision, None) => {
+                notify_if_denied(ctx, key_name, mode, &decision);
+                Ok(decision)
+            }
         };
     };
     let (decision, changed) = stored.check_stored(params, now_ms, cost, mode);
     if changed {
         let effect = Effect::of(stored);
         effect.publish(ctx, &key, key_name);
+    } else {
+        notify_if_denied(ctx, key_name, mode, &decision);
     }
     Ok(decision)
+}
+
+fn notify_if_denied(
+    ctx: Ctx,
+    key_name: *mut raw::RedisModuleString,
+    mode: Mode,
+    decision: &Decision,
+) {
+    if mode == Mode::Take && !decision.allowed {
+        on_denied(ctx, key_name);
+    }
 }
 
 /// A state just written to a key, as replicas and the AOF receive it.
@@ -335,10 +364,14 @@ fn all(ctx: Ctx, args: &Args) -> Result<(Decision, Vec<Decision>), CommandError>
         {
             if decision.allowed {
                 *decision = plan_tier(ctx, key_name, tier, now_ms, cost, Mode::Peek)?.decision;
+            } else {
+                on_denied(ctx, key_name);
             }
         }
     }
-    Ok((Decision::all_of(&decisions), decisions))
+    let combined = Decision::all_of(&decisions);
+    count(&stats::ALL, mode, &combined);
+    Ok((combined, decisions))
 }
 
 fn plan_tier(
@@ -441,6 +474,8 @@ fn acquire(ctx: Ctx, args: &Args) -> Result<(Decision, Option<Vec<u8>>), Command
             decision
         }
     };
+    count(&stats::ACQUIRE, Mode::Take, &decision);
+    notify_if_denied(ctx, key_name, Mode::Take, &decision);
     Ok((decision, decision.allowed.then_some(id)))
 }
 

@@ -3,7 +3,9 @@
 
 pub mod api;
 pub mod commands;
+pub mod config;
 pub mod key;
+pub mod stats;
 pub mod types;
 
 use std::ffi::c_int;
@@ -15,7 +17,7 @@ use api::{missing_apis, rm};
 /// Module start-up: check the server has every API we call, take over
 /// key-modification signals (so a peek or a denial does not disturb `WATCH`),
 /// handle RDB read errors ourselves, and register the commands.
-pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let missing = missing_apis();
     if !missing.is_empty() {
         ctx.log_warning(&format!(
@@ -51,6 +53,13 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
             ctx.log_warning(&format!("ratelimit: cannot register {:?}", command.name));
             return Status::Err;
         }
+    }
+    // SAFETY: `raw_ctx` is the loading context; the callback is a plain fn.
+    unsafe { rm!(RedisModule_RegisterInfoFunc)(raw_ctx, Some(stats::info)) };
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+    if let Err(why) = config::register(raw_ctx, &args) {
+        ctx.log_warning(&format!("ratelimit: {why}"));
+        return Status::Err;
     }
     Status::Ok
 }

@@ -9,6 +9,7 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::api::{buffer_ptr, rm};
+use super::stats::{self, Counter};
 use crate::algorithms::concurrency::Leases;
 use crate::algorithms::fixed_window::FixedWindow;
 use crate::algorithms::gcra::Gcra;
@@ -40,11 +41,14 @@ pub trait Stored: State + 'static {
 /// An algorithm with its own check command: how that command is parsed.
 pub trait Checked: Stored + Algorithm {
     fn parse(args: &[&[u8]]) -> Result<(Self::Params, CheckOptions), CommandError>;
+
+    /// Its command's line in `INFO ratelimit`.
+    fn counter() -> &'static Counter;
 }
 
 /// Every algorithm looks at itself with its own check, in peek mode.
 macro_rules! stored_algorithm {
-    ($ty:ty, $redis_type:ident, $parse:path) => {
+    ($ty:ty, $redis_type:ident, $parse:path, $counter:ident) => {
         impl Stored for $ty {
             fn redis_type() -> &'static RedisType {
                 &$redis_type
@@ -57,6 +61,9 @@ macro_rules! stored_algorithm {
         impl Checked for $ty {
             fn parse(args: &[&[u8]]) -> Result<(Self::Params, CheckOptions), CommandError> {
                 $parse(args)
+            }
+            fn counter() -> &'static Counter {
+                &stats::$counter
             }
         }
     };
@@ -76,12 +83,37 @@ pub static GCRA_TYPE: RedisType = RedisType::new("rl_gcrast", ENCODING_VERSION, 
 pub static LEASES_TYPE: RedisType =
     RedisType::new("rl_leases", ENCODING_VERSION, methods::<Leases>());
 
-stored_algorithm!(TokenBucket, TOKEN_BUCKET_TYPE, parse::token_bucket);
-stored_algorithm!(SlidingCounter, SLIDING_COUNTER_TYPE, parse::sliding_counter);
-stored_algorithm!(FixedWindow, FIXED_WINDOW_TYPE, parse::fixed_window);
-stored_algorithm!(SlidingLog, SLIDING_LOG_TYPE, parse::sliding_log);
-stored_algorithm!(LeakyBucket, LEAKY_BUCKET_TYPE, parse::leaky_bucket);
-stored_algorithm!(Gcra, GCRA_TYPE, parse::gcra);
+stored_algorithm!(
+    TokenBucket,
+    TOKEN_BUCKET_TYPE,
+    parse::token_bucket,
+    TOKEN_BUCKET
+);
+stored_algorithm!(
+    SlidingCounter,
+    SLIDING_COUNTER_TYPE,
+    parse::sliding_counter,
+    SLIDING_COUNTER
+);
+stored_algorithm!(
+    FixedWindow,
+    FIXED_WINDOW_TYPE,
+    parse::fixed_window,
+    FIXED_WINDOW
+);
+stored_algorithm!(
+    SlidingLog,
+    SLIDING_LOG_TYPE,
+    parse::sliding_log,
+    SLIDING_LOG
+);
+stored_algorithm!(
+    LeakyBucket,
+    LEAKY_BUCKET_TYPE,
+    parse::leaky_bucket,
+    LEAKY_BUCKET
+);
+stored_algorithm!(Gcra, GCRA_TYPE, parse::gcra, GCRA);
 
 impl Stored for Leases {
     fn redis_type() -> &'static RedisType {
