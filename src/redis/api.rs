@@ -58,6 +58,8 @@ required!(
     RedisModule_SignalModifiedKey,
     RedisModule_SetModuleOptions,
     RedisModule_CreateCommand,
+    RedisModule_GetCommand,
+    RedisModule_SetCommandInfo,
     RedisModule_EmitAOF,
     RedisModule_SaveStringBuffer,
     RedisModule_LoadStringBuffer,

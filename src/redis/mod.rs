@@ -4,6 +4,7 @@
 pub mod api;
 pub mod commands;
 pub mod config;
+pub mod docs;
 pub mod key;
 pub mod stats;
 pub mod types;
@@ -16,7 +17,8 @@ use api::{missing_apis, rm};
 
 /// Module start-up: check the server has every API we call, take over
 /// key-modification signals (so a peek or a denial does not disturb `WATCH`),
-/// handle RDB read errors ourselves, and register the commands.
+/// handle RDB read errors ourselves, register the commands and document them
+/// (`COMMAND DOCS`, key specs, arity), and take the module's settings.
 pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let missing = missing_apis();
     if !missing.is_empty() {
@@ -53,6 +55,10 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
             ctx.log_warning(&format!("ratelimit: cannot register {:?}", command.name));
             return Status::Err;
         }
+    }
+    if let Err(why) = docs::document_commands(raw_ctx) {
+        ctx.log_warning(&format!("ratelimit: {why}"));
+        return Status::Err;
     }
     // SAFETY: `raw_ctx` is the loading context; the callback is a plain fn.
     unsafe { rm!(RedisModule_RegisterInfoFunc)(raw_ctx, Some(stats::info)) };
