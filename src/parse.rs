@@ -338,8 +338,43 @@ fn decimal(text: &[u8]) -> Option<f64> {
     if digits == 0 || points > 1 || digits + points != text.len() {
         return None;
     }
+    if let Some(value) = short_decimal(text) {
+        return Some(value);
+    }
     let value: f64 = std::str::from_utf8(text).ok()?.parse().ok()?;
     value.is_finite().then_some(value)
+}
+
+/// Powers of ten that an `f64` holds exactly.
+const EXACT_POWERS_OF_TEN: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// The fast path for the rates people write (`10`, `0.5`, `1000.25`): when
+/// the digits, point removed, form an integer below 2^53 and at most 22 of
+/// them follow the point, that integer and the power of ten are both exact
+/// `f64`s, and one IEEE division rounds correctly — the same value the
+/// general parser gives, in a fraction of its time (a check parses its rate
+/// on every call). `text` holds only digits and at most one point.
+fn short_decimal(text: &[u8]) -> Option<f64> {
+    let mut mantissa: u64 = 0;
+    let mut after_point: Option<usize> = None;
+    for &b in text {
+        if b == b'.' {
+            after_point = Some(0);
+            continue;
+        }
+        mantissa = mantissa.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+        if let Some(n) = after_point.as_mut() {
+            *n += 1;
+        }
+    }
+    if mantissa >= 1 << 53 {
+        return None;
+    }
+    let power = EXACT_POWERS_OF_TEN.get(after_point.unwrap_or(0))?;
+    Some(mantissa as f64 / power)
 }
 
 /// A rate: a finite decimal greater than 0 (per second).
@@ -767,5 +802,43 @@ mod tests {
             a(&["3", "1s", "ID", &"x".repeat(65)]),
             "ERR id must be 1 to 64 bytes"
         );
+    }
+
+    #[test]
+    fn the_fast_decimal_path_gives_the_general_parsers_value() {
+        for text in [
+            "0.1",
+            "0.5",
+            "1",
+            "10",
+            "1000",
+            "0.001",
+            "123.456",
+            "0.3",
+            "9007199254740991",
+            "9007199254740992",
+            "1.",
+            ".5",
+            "0.0000000000000000000001",
+            "00.10",
+            "3.141592653589793",
+        ] {
+            let general: f64 = text.parse().unwrap();
+            assert_eq!(decimal(text.as_bytes()), Some(general), "{text}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_plain_decimal_parses_to_the_general_parsers_value(
+            int in "[0-9]{1,17}", frac in proptest::option::of("[0-9]{0,24}")
+        ) {
+            let text = match &frac {
+                Some(f) => format!("{int}.{f}"),
+                None => int.clone(),
+            };
+            let general: f64 = text.parse().unwrap();
+            proptest::prop_assert_eq!(decimal(text.as_bytes()), Some(general));
+        }
     }
 }

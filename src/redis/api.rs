@@ -131,8 +131,46 @@ impl Args {
     }
 
     /// The bytes of every argument from `from` on.
-    pub fn bytes_from(&self, from: usize) -> Vec<&[u8]> {
-        (from..self.argc).filter_map(|i| self.bytes(i)).collect()
+    pub fn bytes_from(&self, from: usize) -> Words<'_> {
+        let mut words = Words {
+            inline: [&[]; INLINE_WORDS],
+            len: 0,
+            spilled: Vec::new(),
+        };
+        let count = self.argc.saturating_sub(from);
+        if count <= INLINE_WORDS {
+            for (slot, i) in words.inline.iter_mut().zip(from..self.argc) {
+                *slot = self.bytes(i).unwrap_or_default();
+            }
+            words.len = count;
+        } else {
+            words.spilled = (from..self.argc).filter_map(|i| self.bytes(i)).collect();
+        }
+        words
+    }
+}
+
+/// Arguments held on the stack up to this many (every check command with
+/// its options fits), so parsing allocates nothing.
+const INLINE_WORDS: usize = 12;
+
+/// Argument bytes, as a slice (`Deref`), without a heap allocation for the
+/// usual short commands.
+pub struct Words<'a> {
+    inline: [&'a [u8]; INLINE_WORDS],
+    len: usize,
+    spilled: Vec<&'a [u8]>,
+}
+
+impl<'a> std::ops::Deref for Words<'a> {
+    type Target = [&'a [u8]];
+
+    fn deref(&self) -> &Self::Target {
+        if self.spilled.is_empty() {
+            &self.inline[..self.len]
+        } else {
+            &self.spilled
+        }
     }
 }
 

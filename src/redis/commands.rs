@@ -175,7 +175,8 @@ struct Effect {
 
 impl Effect {
     fn of<A: State>(state: &A) -> Self {
-        let mut blob = Vec::new();
+        // Every state but a long sliding log fits: one allocation, no growth.
+        let mut blob = Vec::with_capacity(64);
         state.encode(&mut blob);
         Self {
             blob,
