@@ -3,7 +3,7 @@ PORT ?= 6379
 MODULE_RELEASE := target/release/libredis_ratelimit.so
 MODULE_DEBUG := target/debug/libredis_ratelimit.so
 
-.PHONY: run test deps build build-debug lint
+.PHONY: run test deps build build-debug lint accuracy
 
 deps:
 	@scripts/ensure-deps.sh
@@ -26,3 +26,8 @@ test: build-debug
 lint:
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
+
+# The accuracy study: rewrites docs/accuracy.md and the charts in
+# docs/accuracy/ (pure Rust, no server needed; about a minute).
+accuracy:
+	cargo run --release --example accuracy
