@@ -125,10 +125,16 @@ impl SlidingCounter {
         let current = self.bucket_of(now_ms);
         let limit = i128::from(self.params.limit);
         let cost = i128::from(cost);
+        // The buckets after the oldest, from the window ending in `current`;
+        // each step forward drops the one that becomes the oldest, so the
+        // search is linear in the precision, not quadratic.
+        let mut recent: i128 = (current - n + 1..=current).map(|b| self.count(b)).sum();
         for k in 0..=n {
             let bucket = current + k;
             let oldest = self.count(bucket - n);
-            let recent: i128 = (bucket - n + 1..=current).map(|b| self.count(b)).sum();
+            if k > 0 {
+                recent -= oldest;
+            }
             let room = limit - recent - cost;
             if room < 0 {
                 continue;
@@ -516,6 +522,9 @@ mod tests {
         })
     }
 
+    use proptest::prelude::prop_oneof;
+    use proptest::strategy::Just;
+
     proptest::proptest! {
         #[test]
         fn checking_a_stored_counter_in_place_answers_and_stores_exactly_as_a_copy_would(
@@ -541,6 +550,30 @@ mod tests {
                 };
                 proptest::prop_assert_eq!(d, e);
                 proptest::prop_assert_eq!(encoded(&copy_path), encoded(&in_place));
+            }
+        }
+
+        #[test]
+        fn a_denied_request_fits_exactly_retry_after_ms_later_and_not_a_ms_sooner(
+            limit in 1u64..40,
+            window_ms in 1u64..5000,
+            precision in prop_oneof![1u16..12, Just(1000u16)],
+            ops in proptest::collection::vec((0i64..900, 1u64..8), 1..120),
+        ) {
+            let p = params(limit, window_ms, precision);
+            let mut state = None;
+            let mut now = T0;
+            for (step, cost) in ops {
+                now += step;
+                let d = call(&mut state, p, now, cost, Mode::Take);
+                if d.allowed || d.retry_after_ms < 0 {
+                    continue;
+                }
+                let at = |t: i64| SlidingCounter::check_with(state.as_ref(), p, t, cost, Mode::Peek).0;
+                proptest::prop_assert!(at(now + d.retry_after_ms).allowed, "{:?}", d);
+                if d.retry_after_ms > 1 {
+                    proptest::prop_assert!(!at(now + d.retry_after_ms - 1).allowed, "{:?}", d);
+                }
             }
         }
     }
