@@ -3,7 +3,9 @@ PORT ?= 6379
 MODULE_RELEASE := target/release/libredis_ratelimit.so
 MODULE_DEBUG := target/debug/libredis_ratelimit.so
 
-.PHONY: run test deps build build-debug lint accuracy
+VALKEY_DIR := target/valkey
+
+.PHONY: run test test-valkey soak deps build build-debug lint accuracy
 
 deps:
 	@scripts/ensure-deps.sh
@@ -22,6 +24,19 @@ run: build
 # loading the debug build of the module (RL_MODULE overrides the path).
 test: build-debug
 	cargo test --all-targets
+
+# The integration tests against valkey-server 8.1.8 instead of redis-server
+# (fetched once into $(VALKEY_DIR) by scripts/get-valkey.sh; its valkey-cli
+# builds the test clusters).
+test-valkey: build-debug
+	server=$$(scripts/get-valkey.sh $(VALKEY_DIR)) && \
+	RL_SERVER=$$server RL_CLI=$(VALKEY_DIR)/valkey-cli cargo test --no-fail-fast --test '*'
+
+# On demand: a minute of traffic over a million expiring keys against the
+# release build, printing memory and error figures (tests/soak.rs). About
+# 70 s, plus a release build of the test the first time.
+soak: build
+	RL_MODULE=$(MODULE_RELEASE) cargo test --release --test soak -- --ignored --nocapture
 
 lint:
 	cargo fmt --check

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use redis::{Connection, Value};
+use redis::{Connection, ConnectionLike, Value};
 
 /// The module under test: `RL_MODULE`, or the debug build `make test` makes.
 pub fn module_path() -> PathBuf {
@@ -40,16 +40,42 @@ fn free_port() -> u16 {
 
 static NEXT_DIR: AtomicUsize = AtomicUsize::new(0);
 
+/// How to start a server, beyond what `Server::start` always sets.
+#[derive(Default, Clone, Copy)]
+pub struct Options<'a> {
+    /// Configuration options given on the command line, after the defaults
+    /// (so they override them).
+    pub args: &'a [&'a str],
+    /// Environment variables of the server process (e.g. `LD_PRELOAD`).
+    pub env: &'a [(&'a str, &'a str)],
+    /// Cluster mode: `--cluster-enabled yes`, with the cluster bus on a free
+    /// port of its own (the default, port + 10000, may be taken or above 65535).
+    pub cluster: bool,
+}
+
 pub struct Server {
     pub port: u16,
+    /// The cluster bus port of a cluster node (0 otherwise).
+    pub bus_port: u16,
     pub dir: PathBuf,
     args: Vec<String>,
+    env: Vec<(String, String)>,
+    cluster: bool,
     child: Option<Child>,
 }
 
 impl Server {
     /// A server with the module loaded, no persistence unless `extra` asks.
     pub fn start(extra: &[&str]) -> Server {
+        Server::start_with(Options {
+            args: extra,
+            ..Options::default()
+        })
+    }
+
+    /// A server with the module loaded, started as `options` say.
+    pub fn start_with(options: Options) -> Server {
+        let extra = options.args;
         let n = NEXT_DIR.fetch_add(1, Ordering::SeqCst);
         let dir = std::env::temp_dir().join(format!("rl-test-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -71,11 +97,22 @@ impl Server {
         .collect();
         args.push("--loadmodule".into());
         args.push(module_path().display().to_string());
+        if options.cluster {
+            // The nodes file (nodes.conf) goes to the node's own `--dir`.
+            args.extend(["--cluster-enabled", "yes"].map(String::from));
+        }
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut server = Server {
             port: 0,
+            bus_port: 0,
             dir,
             args,
+            env: options
+                .env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            cluster: options.cluster,
             child: None,
         };
         server.launch();
@@ -103,15 +140,28 @@ impl Server {
             if self.port == 0 || attempt > 0 {
                 self.port = free_port();
             }
+            let mut command = Command::new(server_binary());
+            command.args([
+                "--port",
+                &self.port.to_string(),
+                "--dir",
+                self.dir.to_str().unwrap(),
+            ]);
+            if self.cluster {
+                if self.bus_port == 0 || attempt > 0 {
+                    self.bus_port = loop {
+                        let port = free_port();
+                        if port != self.port {
+                            break port;
+                        }
+                    };
+                }
+                command.args(["--cluster-port", &self.bus_port.to_string()]);
+            }
             let log = std::fs::File::create(self.dir.join("server.log")).unwrap();
-            let child = Command::new(server_binary())
-                .args([
-                    "--port",
-                    &self.port.to_string(),
-                    "--dir",
-                    self.dir.to_str().unwrap(),
-                ])
+            let child = command
                 .args(&self.args)
+                .envs(self.env.iter().cloned())
                 .stdout(Stdio::from(log))
                 .stderr(Stdio::null())
                 .spawn()
@@ -176,6 +226,11 @@ impl Server {
     pub fn is_alive(&mut self) -> bool {
         matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
     }
+
+    /// `host:port`, as cluster tools and `CLUSTER NODES` write it.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
 }
 
 impl Drop for Server {
@@ -186,7 +241,7 @@ impl Drop for Server {
 }
 
 /// Runs a command built from words, returning the raw reply.
-pub fn run(con: &mut Connection, words: &[&str]) -> redis::RedisResult<Value> {
+pub fn run(con: &mut impl ConnectionLike, words: &[&str]) -> redis::RedisResult<Value> {
     let mut cmd = redis::cmd(words[0]);
     for w in &words[1..] {
         cmd.arg(*w);
@@ -195,7 +250,7 @@ pub fn run(con: &mut Connection, words: &[&str]) -> redis::RedisResult<Value> {
 }
 
 /// Runs a check command and returns its integer reply.
-pub fn check(con: &mut Connection, words: &[&str]) -> Vec<i64> {
+pub fn check(con: &mut impl ConnectionLike, words: &[&str]) -> Vec<i64> {
     let mut cmd = redis::cmd(words[0]);
     for w in &words[1..] {
         cmd.arg(*w);
@@ -205,7 +260,7 @@ pub fn check(con: &mut Connection, words: &[&str]) -> Vec<i64> {
 }
 
 /// The error text a command replies with (panics if it succeeds).
-pub fn error_of(con: &mut Connection, words: &[&str]) -> String {
+pub fn error_of(con: &mut impl ConnectionLike, words: &[&str]) -> String {
     match run(con, words) {
         Ok(v) => panic!("{words:?} should fail, replied {v:?}"),
         Err(e) => {
@@ -217,19 +272,19 @@ pub fn error_of(con: &mut Connection, words: &[&str]) -> String {
 }
 
 /// The key's serialized value (None when the key does not exist).
-pub fn dump(con: &mut Connection, key: &str) -> Option<Vec<u8>> {
+pub fn dump(con: &mut impl ConnectionLike, key: &str) -> Option<Vec<u8>> {
     redis::cmd("DUMP").arg(key).query(con).unwrap()
 }
 
-pub fn pttl(con: &mut Connection, key: &str) -> i64 {
+pub fn pttl(con: &mut impl ConnectionLike, key: &str) -> i64 {
     redis::cmd("PTTL").arg(key).query(con).unwrap()
 }
 
-pub fn exists(con: &mut Connection, key: &str) -> bool {
+pub fn exists(con: &mut impl ConnectionLike, key: &str) -> bool {
     redis::cmd("EXISTS").arg(key).query::<i64>(con).unwrap() == 1
 }
 
-pub fn digest_value(con: &mut Connection, key: &str) -> String {
+pub fn digest_value(con: &mut impl ConnectionLike, key: &str) -> String {
     redis::cmd("DEBUG")
         .arg("DIGEST-VALUE")
         .arg(key)
@@ -239,13 +294,13 @@ pub fn digest_value(con: &mut Connection, key: &str) -> String {
 }
 
 /// The server's clock, in Unix ms.
-pub fn server_time_ms(con: &mut Connection) -> i64 {
+pub fn server_time_ms(con: &mut impl ConnectionLike) -> i64 {
     let (s, us): (i64, i64) = redis::cmd("TIME").query(con).unwrap();
     s * 1000 + us / 1000
 }
 
 /// One field of `INFO <section>` ("" when absent).
-pub fn info_field(con: &mut Connection, section: &str, field: &str) -> String {
+pub fn info_field(con: &mut impl ConnectionLike, section: &str, field: &str) -> String {
     let info: String = redis::cmd("INFO").arg(section).query(con).unwrap();
     info.lines()
         .find_map(|l| l.strip_prefix(&format!("{field}:")))
@@ -261,4 +316,190 @@ pub fn wait_for(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
         assert!(start.elapsed() < timeout, "timed out waiting for {what}");
         sleep(Duration::from_millis(20));
     }
+}
+
+/// The cluster tool: `RL_CLI` (e.g. a valkey-cli), or redis-cli.
+pub fn cli_binary() -> String {
+    std::env::var("RL_CLI").unwrap_or_else(|_| "redis-cli".to_string())
+}
+
+/// A Redis Cluster on loopback, every node a `Server` with the module (so
+/// each is killed on drop). Nodes are numbered in start order; which of them
+/// are primaries is decided by the cluster tool and can change (failover),
+/// so ask `role` rather than assume.
+pub struct Cluster {
+    pub nodes: Vec<Server>,
+}
+
+/// One line of `CLUSTER NODES`, the fields the tests need.
+pub struct NodeLine {
+    pub port: u16,
+    /// `master` or `slave`, with `fail`/`fail?` when the node is thought down.
+    pub flags: Vec<String>,
+    /// Slot ranges served (primaries), inclusive.
+    pub slots: Vec<(u16, u16)>,
+}
+
+impl Cluster {
+    /// `primaries` primaries with `replicas` replicas each, the slots spread
+    /// evenly over the primaries, returned once healthy (see `wait_healthy`).
+    /// The node timeout is 1 s, so a failover takes a few seconds.
+    pub fn start(primaries: usize, replicas: usize, extra: &[&str]) -> Cluster {
+        let mut args = vec!["--cluster-node-timeout", "1000"];
+        args.extend_from_slice(extra);
+        let nodes: Vec<Server> = (0..primaries * (1 + replicas))
+            .map(|_| {
+                Server::start_with(Options {
+                    args: &args,
+                    cluster: true,
+                    ..Options::default()
+                })
+            })
+            .collect();
+        let out = Command::new(cli_binary())
+            .args(["--cluster", "create"])
+            .args(nodes.iter().map(Server::address))
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("cannot run redis-cli (is it installed? `make deps`)");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut cluster = Cluster { nodes };
+        cluster.wait_healthy(Duration::from_secs(30));
+        cluster
+    }
+
+    /// Waits until every running node reports `cluster_state:ok` and sees
+    /// every slot served, and every running replica's link to its primary is
+    /// up (so a write can reach it).
+    pub fn wait_healthy(&mut self, timeout: Duration) {
+        let ports: Vec<u16> = self
+            .running()
+            .into_iter()
+            .map(|i| self.nodes[i].port)
+            .collect();
+        wait_for("a healthy cluster", timeout, || {
+            ports.iter().all(|&port| {
+                let Ok(mut con) = connect_port(port) else {
+                    return false;
+                };
+                let Ok(info) = redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut con) else {
+                    return false;
+                };
+                let replica_ok = info_field(&mut con, "replication", "role") == "master"
+                    || info_field(&mut con, "replication", "master_link_status") == "up";
+                info.contains("cluster_state:ok")
+                    && info.contains("cluster_slots_ok:16384")
+                    && replica_ok
+            })
+        });
+    }
+
+    /// Indexes of the nodes whose process is running.
+    pub fn running(&mut self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].is_alive())
+            .collect()
+    }
+
+    /// The node's own view of its role: `master` or `slave`.
+    pub fn role(&self, node: usize) -> String {
+        info_field(&mut self.nodes[node].connect(), "replication", "role")
+    }
+
+    /// Indexes of the running nodes that are primaries now.
+    pub fn primaries(&mut self) -> Vec<usize> {
+        self.running()
+            .into_iter()
+            .filter(|&i| self.role(i) == "master")
+            .collect()
+    }
+
+    /// Indexes of the running nodes replicating node `primary`.
+    pub fn replicas_of(&mut self, primary: usize) -> Vec<usize> {
+        let port = self.nodes[primary].port.to_string();
+        self.running()
+            .into_iter()
+            .filter(|&i| {
+                let mut con = self.nodes[i].connect();
+                info_field(&mut con, "replication", "role") == "slave"
+                    && info_field(&mut con, "replication", "master_port") == port
+            })
+            .collect()
+    }
+
+    /// `CLUSTER NODES` as node `from` sees the cluster.
+    pub fn nodes_seen_by(&self, from: usize) -> Vec<NodeLine> {
+        let text: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query(&mut self.nodes[from].connect())
+            .unwrap();
+        text.lines()
+            .map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                // <id> <ip:port@bus> <flags> <primary> <ping> <pong> <epoch> <link> <slot>...
+                let port = fields[1]
+                    .split(['@', ','])
+                    .next()
+                    .and_then(|a| a.rsplit(':').next())
+                    .and_then(|p| p.parse().ok())
+                    .unwrap();
+                let slots = fields[8..]
+                    .iter()
+                    .filter(|s| !s.starts_with('['))
+                    .map(|s| match s.split_once('-') {
+                        Some((a, b)) => (a.parse().unwrap(), b.parse().unwrap()),
+                        None => (s.parse().unwrap(), s.parse().unwrap()),
+                    })
+                    .collect();
+                NodeLine {
+                    port,
+                    flags: fields[2].split(',').map(str::to_string).collect(),
+                    slots,
+                }
+            })
+            .collect()
+    }
+
+    /// The index of the node serving `key`'s slot as primary, as node `from`
+    /// sees the cluster.
+    pub fn primary_of_key(&self, from: usize, key: &str) -> usize {
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut self.nodes[from].connect())
+            .unwrap();
+        let port = self
+            .nodes_seen_by(from)
+            .into_iter()
+            .find(|n| n.slots.iter().any(|&(a, b)| (a..=b).contains(&slot)))
+            .map(|n| n.port)
+            .unwrap_or_else(|| panic!("no node serves slot {slot}"));
+        self.nodes.iter().position(|n| n.port == port).unwrap()
+    }
+
+    /// A cluster client (the `redis` crate's), seeded with every running node.
+    pub fn client(&mut self) -> redis::cluster::ClusterConnection {
+        let seeds: Vec<String> = self
+            .running()
+            .into_iter()
+            .map(|i| format!("redis://{}/", self.nodes[i].address()))
+            .collect();
+        redis::cluster::ClusterClient::builder(seeds)
+            .connection_timeout(Duration::from_secs(2))
+            .response_timeout(Duration::from_secs(5))
+            .build()
+            .and_then(|c| c.get_connection())
+            .expect("cannot connect the cluster client")
+    }
+}
+
+/// A plain connection to a port on loopback.
+pub fn connect_port(port: u16) -> redis::RedisResult<Connection> {
+    redis::Client::open(format!("redis://127.0.0.1:{port}/"))?.get_connection()
 }
