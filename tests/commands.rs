@@ -513,6 +513,16 @@ fn memory_usage_of_a_token_bucket_key_is_that_of_a_small_string() {
         usage(&mut con, "sc"),
     );
     println!("MEMORY USAGE: INCR counter {incr} B, token bucket {tb} B, sliding counter {sc} B");
-    assert!(tb <= 64, "token bucket key takes {tb} B");
-    assert!(sc <= 128, "sliding counter key takes {sc} B");
+    // The goal is stated for Redis with jemalloc, whose size classes MEMORY
+    // USAGE reports; with libc malloc (Valkey's static build) every block
+    // rounds differently, so there the bound is "at most an INCR counter
+    // plus the state's 32 bytes".
+    let allocator = common::info_field(&mut con, "memory", "mem_allocator");
+    if allocator.starts_with("jemalloc") {
+        assert!(tb <= 64, "token bucket key takes {tb} B");
+        assert!(sc <= 128, "sliding counter key takes {sc} B");
+    } else {
+        assert!(tb <= incr + 32, "token bucket key takes {tb} B ({allocator})");
+        assert!(sc <= incr + 80, "sliding counter key takes {sc} B ({allocator})");
+    }
 }
