@@ -522,7 +522,13 @@ fn memory_usage_of_a_token_bucket_key_is_that_of_a_small_string() {
         assert!(tb <= 64, "token bucket key takes {tb} B");
         assert!(sc <= 128, "sliding counter key takes {sc} B");
     } else {
-        assert!(tb <= incr + 32, "token bucket key takes {tb} B ({allocator})");
-        assert!(sc <= incr + 80, "sliding counter key takes {sc} B ({allocator})");
+        assert!(
+            tb <= incr + 32,
+            "token bucket key takes {tb} B ({allocator})"
+        );
+        assert!(
+            sc <= incr + 80,
+            "sliding counter key takes {sc} B ({allocator})"
+        );
     }
 }
