@@ -396,5 +396,7 @@ fn memory_per_key_of_every_type() {
         "RL.SLIDINGLOG limit 1000, full: {full} B ({per_entry:.2} B an entry)"
     ));
     println!("{}", report.join("\n"));
-    assert!(per_entry <= 8.0, "{per_entry} B an entry");
+    // PRODUCT.md promises at most 8 B a request; the goal is 4, and a full log
+    // must not carry spare capacity (it once grew by an eighth past the limit).
+    assert!(per_entry <= 4.0, "{per_entry} B an entry");
 }

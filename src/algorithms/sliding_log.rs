@@ -155,10 +155,13 @@ fn unpack(head: u32, words: &mut impl Iterator<Item = u32>) -> Option<Entry> {
 }
 
 /// Makes room for `words` more, growing by an eighth rather than doubling:
-/// still O(1) amortised, and at most about 12% of the capacity left unused.
-fn reserve(queue: &mut VecDeque<u32>, words: usize) {
+/// still O(1) amortised, and at most about 12% of the capacity left unused;
+/// never beyond `max_len` (the most the queue can ever hold) unless `words`
+/// needs it, so a full log holds no spare room.
+fn reserve(queue: &mut VecDeque<u32>, words: usize, max_len: usize) {
     if queue.capacity() - queue.len() < words {
-        queue.reserve_exact(words.max(queue.len() / 8 + 4));
+        let room = max_len.saturating_sub(queue.len());
+        queue.reserve_exact((queue.len() / 8 + 4).min(room).max(words));
     }
 }
 
@@ -215,18 +218,19 @@ impl EntryQueue {
             .map_while(move |&head| unpack(head, &mut words))
     }
 
-    fn push_back(&mut self, entry: Entry) {
+    /// Appends `entry`; the queue will never hold more than `max_entries`.
+    fn push_back(&mut self, entry: Entry, max_entries: usize) {
         let packed = pack(entry);
-        reserve(&mut self.heads, 1);
-        reserve(&mut self.extra, packed.len);
+        reserve(&mut self.heads, 1, max_entries);
+        reserve(&mut self.extra, packed.len, usize::MAX);
         self.heads.push_back(packed.head);
         self.extra.extend(packed.extra().iter().copied());
     }
 
-    fn push_front(&mut self, entry: Entry) {
+    fn push_front(&mut self, entry: Entry, max_entries: usize) {
         let packed = pack(entry);
-        reserve(&mut self.heads, 1);
-        reserve(&mut self.extra, packed.len);
+        reserve(&mut self.heads, 1, max_entries);
+        reserve(&mut self.extra, packed.len, usize::MAX);
         for &word in packed.extra().iter().rev() {
             self.extra.push_front(word);
         }
@@ -297,6 +301,11 @@ impl SlidingLog {
         i64::try_from(self.params.window_ms).unwrap_or(i64::MAX)
     }
 
+    /// The most entries the log can hold: each counts at least one request.
+    fn max_entries(&self) -> usize {
+        usize::try_from(self.params.limit).unwrap_or(usize::MAX)
+    }
+
     /// Forget the oldest entry; the next one becomes the oldest, its gap
     /// turned into the new `oldest_ms`.
     fn drop_oldest(&mut self) {
@@ -307,10 +316,13 @@ impl SlidingLog {
         match self.entries.pop_front() {
             Some(next) => {
                 self.oldest_ms = self.oldest_ms.saturating_add(gap_ms(next));
-                self.entries.push_front(Entry {
-                    gap: 0,
-                    count: next.count,
-                });
+                self.entries.push_front(
+                    Entry {
+                        gap: 0,
+                        count: next.count,
+                    },
+                    self.max_entries(),
+                );
             }
             None => {
                 self.total = 0;
@@ -339,10 +351,13 @@ impl SlidingLog {
                 self.drop_oldest();
             } else {
                 self.entries.pop_front();
-                self.entries.push_front(Entry {
-                    gap: 0,
-                    count: oldest.count - excess,
-                });
+                self.entries.push_front(
+                    Entry {
+                        gap: 0,
+                        count: oldest.count - excess,
+                    },
+                    self.max_entries(),
+                );
                 self.total = limit;
             }
         }
@@ -354,21 +369,28 @@ impl SlidingLog {
             return;
         }
         if self.entries.is_empty() {
-            self.entries.push_back(Entry {
-                gap: 0,
-                count: cost,
-            });
+            self.entries.push_back(
+                Entry {
+                    gap: 0,
+                    count: cost,
+                },
+                self.max_entries(),
+            );
             self.oldest_ms = now_ms;
         } else if now_ms <= self.newest_ms {
             if let Some(newest) = self.entries.pop_back() {
-                self.entries.push_back(Entry {
-                    gap: newest.gap,
-                    count: newest.count.saturating_add(cost),
-                });
+                self.entries.push_back(
+                    Entry {
+                        gap: newest.gap,
+                        count: newest.count.saturating_add(cost),
+                    },
+                    self.max_entries(),
+                );
             }
         } else {
             let gap = u64::try_from(now_ms - self.newest_ms).unwrap_or(0);
-            self.entries.push_back(Entry { gap, count: cost });
+            self.entries
+                .push_back(Entry { gap, count: cost }, self.max_entries());
         }
         self.newest_ms = self.newest_ms.max(now_ms);
         self.total = self.total.saturating_add(cost);
@@ -608,7 +630,9 @@ impl State for SlidingLog {
             )?;
             state.total = state.total.saturating_add(entry.count);
             ensure(state.total <= limit, "entries above the limit")?;
-            state.entries.push_back(entry);
+            state
+                .entries
+                .push_back(entry, usize::try_from(limit).unwrap_or(usize::MAX));
         }
         if count > 0 {
             ensure(newest_ms <= updated_ms, "entry after the last update")?;
