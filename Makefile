@@ -5,7 +5,7 @@ MODULE_DEBUG := target/debug/libredis_ratelimit.so
 
 VALKEY_DIR := target/valkey
 
-.PHONY: run test test-valkey soak deps build build-debug lint accuracy
+.PHONY: run test test-valkey soak deps build build-debug lint accuracy bench bench-core bench-profile
 
 deps:
 	@scripts/ensure-deps.sh
@@ -46,3 +46,20 @@ lint:
 # docs/accuracy/ (pure Rust, no server needed; about a minute).
 accuracy:
 	cargo run --release --example accuracy
+
+# Benchmarks (docs/benchmarks.md). `bench`: its own redis-server with the
+# release module, on a free loopback port: ops/s, latency and memory per key
+# of every check command against INCR and Lua, written into
+# docs/benchmarks.md; a few minutes (BENCH_ROUNDS=n for more rounds).
+bench: build
+	python3 scripts/bench.py
+
+# Nanoseconds per check of each algorithm core (criterion, benches/); about
+# a minute, plus a release build of the dev-dependencies the first time.
+bench-core:
+	cargo bench --bench algorithms
+
+# Instructions per request of INCR and RL.* under callgrind, and where they
+# go inside the command (needs valgrind: apt-get install -y valgrind).
+bench-profile: deps
+	scripts/profile.sh

@@ -397,19 +397,20 @@ pub fn duration_ms(arg: &[u8], name: &str) -> Result<u64, CommandError> {
             "a duration from 1ms to 366d: a number with an optional unit ms, s, m, h or d (seconds if none)",
         )
     };
-    let lower = arg.to_ascii_lowercase();
-    let (number, unit_ms) = if let Some(n) = lower.strip_suffix(b"ms") {
-        (n, 1.0)
-    } else if let Some(n) = lower.strip_suffix(b"s") {
-        (n, 1000.0)
-    } else if let Some(n) = lower.strip_suffix(b"m") {
-        (n, 60_000.0)
-    } else if let Some(n) = lower.strip_suffix(b"h") {
-        (n, 3_600_000.0)
-    } else if let Some(n) = lower.strip_suffix(b"d") {
-        (n, 86_400_000.0)
-    } else {
-        (&lower[..], 1000.0)
+    // Unit suffixes in any case, read in place (no lower-cased copy: a
+    // window is parsed on every check).
+    let (number, unit_ms) = match arg {
+        [n @ .., m, s] if m.eq_ignore_ascii_case(&b'm') && s.eq_ignore_ascii_case(&b's') => {
+            (n, 1.0)
+        }
+        [n @ .., unit] => match unit.to_ascii_lowercase() {
+            b's' => (n, 1000.0),
+            b'm' => (n, 60_000.0),
+            b'h' => (n, 3_600_000.0),
+            b'd' => (n, 86_400_000.0),
+            _ => (arg, 1000.0),
+        },
+        [] => (arg, 1000.0),
     };
     let ms = decimal(number).ok_or_else(err)? * unit_ms;
     if ms < 1.0 || ms > MAX_DURATION_MS as f64 {

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Summarises the callgrind dumps of scripts/profile.sh, per request.
+
+Usage: callgrind_summary.py REQUESTS BASELINE_DUMP DUMP...
+
+For each dump: the instructions of the whole server per request (the event
+loop, reading and parsing the request, the command, the reply), as a ratio
+to the baseline's (INCR); the whole command (Redis's `call`); then what the
+module's command handler spends, inclusive, per request, callee by callee
+(the module API functions, RM_*, and the module's own functions the compiler
+did not inline), two levels deep (the second in proportion, when a callee
+is called from elsewhere too); what is left is the handler's own code,
+with everything inlined into it (argument parsing, the algorithm, ...). Last,
+the expiry of keys, which runs outside commands.
+
+Reads `callgrind_annotate --tree=calling` output, where one function may
+appear in several blocks (one per source file inlined into it): callees are
+added up over them. Python 3 standard library only.
+"""
+
+import re
+import subprocess
+import sys
+from collections import defaultdict
+
+ROW = re.compile(
+    r"^\s*([\d,]+) \(\s*[\d.]+%\)\s+([*>])\s+(?:\?\?\?|[^:]+):(.+?)"
+    r"(?: \(([\d,]+)x\))?(?: \[(?:/[^\]]*|\?\?\?)\])?\s*$"
+)
+# Callees shown, at each level: those above this share of their caller.
+SHOW_SHARE = 0.02
+
+
+def number(text):
+    return int(text.replace(",", ""))
+
+
+def short(name):
+    name = re.sub(r"redis_ratelimit::algorithms::\w+::(\w+)", r"\1", name)
+    name = name.replace("redis_ratelimit::", "").replace("redis_module::alloc::", "")
+    return name.replace("::<", "<")
+
+
+def calls(dump):
+    """{caller: {callee: inclusive cost}}, added up over the caller's blocks."""
+    text = subprocess.run(
+        ["callgrind_annotate", "--tree=calling", "--inclusive=yes", "--auto=no", "--threshold=100", dump],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    graph = defaultdict(lambda: defaultdict(int))
+    caller = None
+    for line in text.splitlines():
+        m = ROW.match(line)
+        if not m:
+            continue
+        cost, kind, function = number(m.group(1)), m.group(2), m.group(3)
+        if kind == "*":
+            caller = function
+        elif caller is not None and function != caller:
+            graph[caller][function] += cost
+    return graph
+
+
+def summary_total(dump):
+    with open(dump) as f:
+        for line in f:
+            if line.startswith("summary:"):
+                return int(line.split()[1])
+    raise SystemExit(f"{dump}: no summary line")
+
+
+def trigger(dump):
+    with open(dump) as f:
+        for line in f:
+            if line.startswith("desc: Trigger:"):
+                return line.split("dump", 1)[-1].strip()
+    return dump
+
+
+def inclusive(graph, function):
+    """What all callers spend in `function`."""
+    return sum(callees.get(function, 0) for callees in graph.values())
+
+
+def handler(graph):
+    """The command's implementation: what Redis's dispatcher of module
+    commands calls, or the native command `call` runs."""
+    for dispatcher in ("RedisModuleCommandDispatcher", "call"):
+        callees = graph.get(dispatcher, {})
+        if callees:
+            name = max(callees, key=callees.get)
+            return name, callees[name]
+    return None, 0
+
+
+def main():
+    requests = int(sys.argv[1])
+    baseline, dumps = sys.argv[2], sys.argv[3:]
+    base = summary_total(baseline) / requests
+    for dump in [baseline] + dumps:
+        graph = calls(dump)
+        total = summary_total(dump) / requests
+        print()
+        print(f"{trigger(dump)}: {total:,.0f} instructions a request (whole server), {total / base:.2f}x INCR")
+        print(f"  {inclusive(graph, 'call') / requests:9,.0f}  the command (Redis's call())")
+        name, cost = handler(graph)
+        if name is None:
+            continue
+        print(f"  {cost / requests:9,.0f}  {short(name)}, of which:")
+        callees = sorted(graph.get(name, {}).items(), key=lambda kv: -kv[1])
+        for callee, callee_cost in callees:
+            if callee_cost < SHOW_SHARE * cost:
+                continue
+            print(f"  {callee_cost / requests:9,.0f}    {short(callee)}")
+            # The callee's own callees, in the share of its calls that come
+            # from this handler (callgrind keeps one level of callers only).
+            share = callee_cost / max(inclusive(graph, callee), 1)
+            inner = sorted(graph.get(callee, {}).items(), key=lambda kv: -kv[1])
+            for sub, sub_cost in inner:
+                sub_cost *= share
+                if sub_cost >= max(SHOW_SHARE * cost, 0.1 * callee_cost):
+                    print(f"  {sub_cost / requests:9,.0f}      {short(sub)}")
+        own = cost - sum(graph.get(name, {}).values())
+        print(f"  {own / requests:9,.0f}    its own code, with what was inlined into it")
+        expiry = inclusive(graph, "activeExpireCycle")
+        print(f"  {expiry / requests:9,.0f}  outside commands: activeExpireCycle (deleting expired keys)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# `make bench-profile`: where the time of a request goes, in instructions.
+#
+# Runs redis-server under callgrind (instruction counts are repeatable, unlike
+# time on a shared machine) with a release build of the module that keeps
+# line tables and v0-mangled names (generic functions show their type
+# parameters), then for each command: warms its key space with
+# instrumentation off, counts a fixed number of requests from redis-benchmark
+# (50 clients, 100k random keys, pipeline 32, the parameters of `make
+# bench`), and dumps the counts. Prints (scripts/callgrind_summary.py)
+# instructions per request for each command and, for the RL commands, the
+# functions inside the command with their inclusive cost per request. The raw
+# callgrind files stay in the output directory, for `callgrind_annotate` or
+# kcachegrind.
+#
+# Environment: PROFILE_REQUESTS (default 100000 per command),
+# PROFILE_OUT (default target/profile-out), PROFILE_TARGET_DIR (the separate
+# build, default target/profile), RL_SERVER (default redis-server).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+requests=${PROFILE_REQUESTS:-100000}
+out=${PROFILE_OUT:-target/profile-out}
+target=${PROFILE_TARGET_DIR:-target/profile}
+server_bin=${RL_SERVER:-redis-server}
+
+for tool in valgrind callgrind_control callgrind_annotate redis-benchmark redis-cli "$server_bin"; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    echo "profile: $tool not found: apt-get install -y valgrind (and scripts/ensure-deps.sh)" >&2
+    exit 1
+  fi
+done
+
+# Its own target directory: these flags would otherwise rebuild the normal
+# release build.
+echo "profile: building the module with line tables into $target" >&2
+CARGO_TARGET_DIR=$target CARGO_PROFILE_RELEASE_DEBUG=line-tables-only \
+  CARGO_PROFILE_RELEASE_STRIP=none RUSTFLAGS="-C symbol-mangling-version=v0" \
+  cargo build --release
+module=$(realpath "$target/release/libredis_ratelimit.so")
+
+mkdir -p "$out"
+rm -f "$out"/callgrind.out*
+workdir=$(mktemp -d)
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+server_pid=
+cleanup() {
+  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
+    kill "$server_pid" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$server_pid" 2>/dev/null || true
+  fi
+  rm -rf "$workdir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+# Instrumentation starts off: start-up and warm-up are not counted.
+# Bounded by `timeout`; callgrind_control needs valgrind's own pid, which
+# prefixes the lines of its log.
+timeout 3600 valgrind --tool=callgrind --instr-atstart=no \
+  --log-file="$workdir/valgrind.log" --callgrind-out-file="$out/callgrind.out" \
+  "$server_bin" --port "$port" --bind 127.0.0.1 --dir "$workdir" --save "" \
+  --appendonly no --daemonize no --loadmodule "$module" \
+  >"$workdir/server.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 300); do
+  redis-cli -p "$port" PING >/dev/null 2>&1 && break
+  kill -0 "$server_pid" 2>/dev/null || { cat "$workdir/server.log" >&2; exit 1; }
+  sleep 0.1
+done
+redis-cli -p "$port" PING >/dev/null
+vg_pid=$(sed -n 's/^==\([0-9]*\)==.*/\1/p' "$workdir/valgrind.log" | head -n 1)
+
+bench() {
+  timeout 1800 redis-benchmark -h 127.0.0.1 -p "$port" -c 50 -r 100000 -P 32 -q "$@" >/dev/null
+}
+
+# name|command words (__rand_int__: the random key)
+# tokenbucket is `make bench`'s: its keys are full again, and expire, 100 ms
+# after a request, so nearly every request creates its key. tokenbucket-kept
+# refills slowly enough that keys stay: the path of updating a stored state.
+commands=(
+  "incr|INCR p:incr:__rand_int__"
+  "tokenbucket|RL.TOKENBUCKET p:tb:__rand_int__ 100 10"
+  "tokenbucket-kept|RL.TOKENBUCKET p:tbk:__rand_int__ 100 0.01"
+  "slidingcounter|RL.SLIDINGCOUNTER p:sc:__rand_int__ 100 60"
+)
+for entry in "${commands[@]}"; do
+  name=${entry%%|*}
+  read -r -a words <<<"${entry#*|}"
+  echo "profile: $name: warm-up, then $requests requests counted" >&2
+  bench -n 200000 "${words[@]}"
+  callgrind_control -i on "$vg_pid" >/dev/null 2>&1
+  callgrind_control -z "$vg_pid" >/dev/null 2>&1
+  bench -n "$requests" "${words[@]}"
+  callgrind_control --dump="$name" "$vg_pid" >/dev/null 2>&1
+  callgrind_control -i off "$vg_pid" >/dev/null 2>&1
+done
+
+redis-cli -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+wait "$server_pid" 2>/dev/null || true
+server_pid=
+
+# Each dump file names its trigger ("dump <name>").
+dump_of() {
+  grep -l "^desc: Trigger: dump $1\$" "$out"/callgrind.out.* | head -n 1
+}
+
+dumps=()
+for entry in "${commands[@]}"; do
+  dump=$(dump_of "${entry%%|*}")
+  [ -n "$dump" ] || { echo "profile: no callgrind dump for ${entry%%|*}" >&2; exit 1; }
+  dumps+=("$dump")
+done
+echo
+echo "Inclusive instructions per request ($requests requests of each, pipeline 32);"
+echo "\"f <- file\": code of that file the compiler inlined into f."
+python3 scripts/callgrind_summary.py "$requests" "${dumps[@]}"
+echo
+echo "profile: callgrind files in $out (callgrind_annotate --inclusive=yes --auto=no FILE)" >&2
