@@ -5,7 +5,7 @@ MODULE_DEBUG := target/debug/libredis_ratelimit.so
 
 VALKEY_DIR := target/valkey
 
-.PHONY: run test test-valkey soak deps build build-debug lint accuracy bench bench-core bench-profile
+.PHONY: run test test-valkey soak deps build build-debug lint accuracy bench bench-core bench-profile fuzz
 
 deps:
 	@scripts/ensure-deps.sh
@@ -63,3 +63,20 @@ bench-core:
 # go inside the command (needs valgrind: apt-get install -y valgrind).
 bench-profile: deps
 	scripts/profile.sh
+
+# Fuzzing (on demand, not part of `make test`): each target of fuzz/ for
+# FUZZ_SECONDS, with overflow checks on; needs the nightly toolchain, and
+# installs cargo-fuzz when missing. A finding stops with the input saved in
+# fuzz/artifacts/<target>/; the corpus grows in fuzz/corpus/ (not in git),
+# starting from the seeds in fuzz/seeds/.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+	cargo +nightly fuzz build
+	mkdir -p fuzz/corpus/parse_args fuzz/corpus/decode_state fuzz/corpus/check_sequence
+	nice -n 10 cargo +nightly fuzz run parse_args fuzz/corpus/parse_args fuzz/seeds/parse_args \
+		-- -max_total_time=$(FUZZ_SECONDS) -dict=fuzz/parse_args.dict
+	nice -n 10 cargo +nightly fuzz run decode_state fuzz/corpus/decode_state fuzz/seeds/states \
+		-- -max_total_time=$(FUZZ_SECONDS) -max_len=9000
+	nice -n 10 cargo +nightly fuzz run check_sequence fuzz/corpus/check_sequence fuzz/seeds/states \
+		-- -max_total_time=$(FUZZ_SECONDS) -max_len=9000

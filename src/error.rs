@@ -34,12 +34,7 @@ impl CommandError {
     }
 
     pub fn unknown_option(word: &[u8]) -> Self {
-        let shown: String = String::from_utf8_lossy(word)
-            .chars()
-            .take(64)
-            .map(|c| if c.is_control() { '?' } else { c })
-            .collect();
-        Self::syntax(&format!("unknown option '{shown}'"))
+        Self::syntax(&format!("unknown option '{}'", shown(word)))
     }
 
     pub fn repeated_option(name: &str) -> Self {
@@ -56,4 +51,15 @@ impl CommandError {
     pub fn invalid_state(reason: &str) -> Self {
         Reply(format!("ERR state must be a state written by this module ({reason})").into())
     }
+}
+
+/// A word from a client as an error reply may quote it: its first 64
+/// characters, control characters (CR, LF...) shown as `?`, so that no
+/// argument can stretch a reply or break it across lines.
+pub fn shown(word: &[u8]) -> String {
+    String::from_utf8_lossy(word)
+        .chars()
+        .take(64)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }

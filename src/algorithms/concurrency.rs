@@ -209,8 +209,10 @@ impl State for Leases {
                 "lease id length out of range",
             )?;
             let id = input.bytes(len)?;
+            // A lease taken at the latest time a state carries ends up to
+            // one longest lease after it.
             ensure(
-                (0..=MAX_TIMESTAMP_MS).contains(&ends_ms),
+                (0..=MAX_TIMESTAMP_MS + MAX_DURATION_MS as i64).contains(&ends_ms),
                 "lease end out of range",
             )?;
             leases.push(Lease {
@@ -222,7 +224,10 @@ impl State for Leases {
         // or RL.SETSTATE) costs n log n, not n squared.
         let mut ids: Vec<&[u8]> = leases.iter().map(|l| &*l.id).collect();
         ids.sort_unstable();
-        ensure(ids.windows(2).all(|w| w[0] != w[1]), "lease id repeated")?;
+        ensure(
+            ids.windows(2).all(|pair| !matches!(pair, [a, b] if a == b)),
+            "lease id repeated",
+        )?;
         Ok(Self {
             params: LeaseParams { limit, lease_ms },
             leases,
@@ -346,6 +351,17 @@ mod tests {
         s.acquire(params(5, 3000), T0 + 10, b"b");
         s.acquire(p, T0 + 20, b"c");
         assert_eq!(s.fresh_at_ms(), T0 + 3010);
+    }
+
+    /// Regression (found by fuzzing): a lease taken at the latest time a
+    /// state carries ends after it, and decoding refused its end, so the
+    /// state the key stored could not be loaded or replicated.
+    #[test]
+    fn a_lease_taken_at_the_latest_time_a_state_carries_decodes() {
+        let p = params(3, MAX_DURATION_MS);
+        let mut s = Leases::new(p, MAX_TIMESTAMP_MS);
+        assert!(s.acquire(p, MAX_TIMESTAMP_MS, b"w").1);
+        assert_eq!(Leases::decode(&encoded(&s)), Ok(s));
     }
 
     #[test]

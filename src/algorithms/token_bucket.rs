@@ -30,10 +30,13 @@ pub struct TokenBucket {
 }
 
 /// Rounds away the float noise of a refill (0.3 * 3 = 0.8999999999999999), so
-/// that a bucket that should hold a whole token does.
+/// that a bucket that should hold a whole token does: within 1e-9 of the
+/// count (noise adds up over many refills), but never more than a millionth
+/// of a token, so that a real fraction (a refill of 0.5 in a bucket of a
+/// billion) is never rounded away.
 fn snap(tokens: f64) -> f64 {
     let whole = tokens.round();
-    if (tokens - whole).abs() <= 1e-9 * whole.abs().max(1.0) {
+    if (tokens - whole).abs() <= (1e-9 * whole.abs().max(1.0)).min(1e-6) {
         whole
     } else {
         tokens
@@ -58,6 +61,35 @@ impl TokenBucket {
     /// Milliseconds until the bucket has `tokens` more than now.
     fn ms_to_gain(&self, tokens: f64) -> i64 {
         ceil_ms(tokens / self.params.rate_per_s)
+    }
+
+    /// Milliseconds from `now_ms` until this state (as stored, before the
+    /// refill to `now_ms`) holds `wanted`, as the later check will compute
+    /// it from the same stored state. `estimate`, from the rate, can be off
+    /// when float noise, or the rounding of [`snap`], lands a refill on the
+    /// other side of a whole millisecond, so the first millisecond that holds
+    /// is searched for below it (the refill only grows with time): at most 54
+    /// refills, on a denial only.
+    fn ms_until_holds(&self, now_ms: i64, wanted: f64, estimate: i64) -> i64 {
+        let holds_after = |ms: i64| {
+            let mut probe = self.clone();
+            probe.refill(now_ms.saturating_add(ms));
+            probe.tokens >= wanted
+        };
+        let mut high = estimate.saturating_add(1).min(MAX_TIMESTAMP_MS);
+        if !holds_after(high) {
+            return high;
+        }
+        let mut low = 1;
+        while low < high {
+            let mid = low + (high - low) / 2;
+            if holds_after(mid) {
+                high = mid;
+            } else {
+                low = mid + 1;
+            }
+        }
+        high
     }
 }
 
@@ -92,6 +124,7 @@ impl Algorithm for TokenBucket {
     }
 
     fn check(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Decision {
+        let stored = self.clone();
         self.refill(now_ms);
         let capacity = self.params.capacity;
         let wanted = cost as f64;
@@ -101,7 +134,8 @@ impl Algorithm for TokenBucket {
         } else if cost > capacity {
             -1
         } else {
-            self.ms_to_gain(wanted - self.tokens).max(1)
+            let estimate = self.ms_to_gain(wanted - self.tokens).max(1);
+            stored.ms_until_holds(now_ms, wanted, estimate)
         };
         if allowed && mode == Mode::Take {
             self.tokens -= wanted;
@@ -347,6 +381,58 @@ mod tests {
         let d = call(&mut s, p, T0, 1, Mode::Take);
         assert_eq!(d.retry_after_ms, 3334);
         assert!(call(&mut s, p, T0 + 3334, 1, Mode::Take).allowed);
+    }
+
+    /// Regression (found by property testing): the float-noise rounding of a
+    /// refill allowed 1e-9 of the token count, so from about 5e8 tokens on
+    /// it rounded every refill to the nearest whole token: half a token
+    /// gained each time became one, and this bucket let 1 request through
+    /// every 200 ms, twice its rate, for as long as the calls kept coming.
+    #[test]
+    fn a_bucket_of_a_billion_tokens_refills_at_its_rate_not_to_the_nearest_token() {
+        let mut s = None;
+        let p = params(2_000_000_000, 2.5);
+        call(&mut s, p, T0, 1_000_000_000, Mode::Take);
+        for i in 1..=1000 {
+            assert!(call(&mut s, p, T0 + 200 * i, 1, Mode::Take).allowed);
+        }
+        // 0.5 a step, 1 taken a step: 500 fewer than after the first take.
+        let d = call(&mut s, p, T0 + 200 * 1000, 1, Mode::Peek);
+        assert_eq!(d.remaining, 999_999_500);
+    }
+
+    /// Regression (found by property testing): the same rounding let a
+    /// request through a millisecond (or, for larger buckets, seconds)
+    /// before the `retry_after_ms` it had been promised.
+    #[test]
+    fn a_large_request_is_not_allowed_before_its_retry_after() {
+        let mut s = None;
+        let p = params(10_000_000, 0.3);
+        call(&mut s, p, T0, 10_000_000, Mode::Take);
+        let d = call(&mut s, p, T0, 10_000_000, Mode::Peek);
+        assert_eq!(d.retry_after_ms, 33_333_333_334);
+        let at = T0 + d.retry_after_ms;
+        assert!(!call(&mut s, p, at - 1, 10_000_000, Mode::Peek).allowed);
+        assert!(call(&mut s, p, at, 10_000_000, Mode::Peek).allowed);
+    }
+
+    /// Regression (found by property testing): the wait was computed in
+    /// floats from the tokens at the check, and the 1 - 0.9299999999999999
+    /// tokens missing here came out as 70.00000000000006 ms at 1 a second,
+    /// answered as 71 when the request is allowed after 70. (Likewise, in a
+    /// bucket of 10^15 tokens the refill to now and the later one from the
+    /// stored state round differently.) The wait is now the first
+    /// millisecond at which the later check's own arithmetic allows.
+    #[test]
+    fn retry_after_is_the_first_millisecond_the_refill_allows_despite_float_noise() {
+        let mut s = None;
+        let p = params(11, 1.0);
+        call(&mut s, p, T0, 11, Mode::Take);
+        call(&mut s, p, T0 + 1930, 1, Mode::Take);
+        let d = call(&mut s, p, T0 + 1930, 1, Mode::Peek);
+        assert_eq!((d.allowed, d.retry_after_ms), (false, 70));
+        assert!(!call(&mut s, p, T0 + 1999, 1, Mode::Peek).allowed);
+        assert!(call(&mut s, p, T0 + 2000, 1, Mode::Peek).allowed);
     }
 
     #[test]

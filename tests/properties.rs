@@ -1,0 +1,506 @@
+//! Property tests over every algorithm, through the public API the Redis
+//! layer uses (`check_with`, `check_stored`, `encode`, `decode`): random
+//! sequences of commands (times, costs, peeks, changed parameters) against
+//! the promises that hold for all of them, and the admission bound of the two
+//! bucket algorithms. The other algorithms' bounds (fixed window, sliding
+//! log, GCRA) are property-tested beside their code in `src/algorithms/`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fmt::Debug;
+
+use proptest::prelude::*;
+use proptest::strategy::BoxedStrategy;
+use redis_ratelimit::algorithms::concurrency::{LeaseParams, Leases};
+use redis_ratelimit::algorithms::fixed_window::{FixedWindow, FixedWindowParams};
+use redis_ratelimit::algorithms::gcra::{Gcra, GcraParams};
+use redis_ratelimit::algorithms::leaky_bucket::{LeakyBucket, LeakyBucketParams};
+use redis_ratelimit::algorithms::sliding_counter::{SlidingCounter, SlidingCounterParams};
+use redis_ratelimit::algorithms::sliding_log::{SlidingLog, SlidingLogParams};
+use redis_ratelimit::algorithms::token_bucket::{TokenBucket, TokenBucketParams};
+use redis_ratelimit::algorithms::{
+    Algorithm, Decision, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS,
+};
+
+const T0: i64 = 1_700_000_000_000;
+
+/// Rates (per second) that give whole, fractional and sub-millisecond
+/// intervals.
+const RATES: [f64; 10] = [0.3, 0.5, 1.0, 2.0, 3.0, 7.0, 10.0, 33.3, 250.0, 1000.0];
+
+/// An algorithm under test: how to make parameters, and its limit.
+trait Subject: Algorithm + PartialEq + Debug {
+    /// Mostly small parameters, where limits are hit often; sometimes the
+    /// largest ones accepted.
+    fn params_strategy() -> BoxedStrategy<Self::Params>;
+    fn limit(params: &Self::Params) -> u64;
+}
+
+fn amount_small_or_wide(small: std::ops::Range<u64>) -> BoxedStrategy<u64> {
+    prop_oneof![4 => small, 1 => 1..=MAX_AMOUNT].boxed()
+}
+
+fn window_small_or_wide() -> BoxedStrategy<u64> {
+    prop_oneof![4 => 1u64..5000, 1 => 1..=MAX_DURATION_MS].boxed()
+}
+
+impl Subject for TokenBucket {
+    fn params_strategy() -> BoxedStrategy<TokenBucketParams> {
+        (
+            amount_small_or_wide(1..20),
+            prop::sample::select(&RATES[..]),
+        )
+            .prop_map(|(capacity, rate_per_s)| TokenBucketParams {
+                capacity,
+                rate_per_s,
+            })
+            .boxed()
+    }
+    fn limit(p: &TokenBucketParams) -> u64 {
+        p.capacity
+    }
+}
+
+impl Subject for LeakyBucket {
+    fn params_strategy() -> BoxedStrategy<LeakyBucketParams> {
+        (
+            amount_small_or_wide(1..20),
+            prop::sample::select(&RATES[..]),
+        )
+            .prop_map(|(capacity, rate_per_s)| LeakyBucketParams {
+                capacity,
+                rate_per_s,
+            })
+            .boxed()
+    }
+    fn limit(p: &LeakyBucketParams) -> u64 {
+        p.capacity
+    }
+}
+
+impl Subject for FixedWindow {
+    fn params_strategy() -> BoxedStrategy<FixedWindowParams> {
+        (amount_small_or_wide(1..30), window_small_or_wide())
+            .prop_map(|(limit, window_ms)| FixedWindowParams { limit, window_ms })
+            .boxed()
+    }
+    fn limit(p: &FixedWindowParams) -> u64 {
+        p.limit
+    }
+}
+
+impl Subject for SlidingLog {
+    fn params_strategy() -> BoxedStrategy<SlidingLogParams> {
+        (amount_small_or_wide(1..30), window_small_or_wide())
+            .prop_map(|(limit, window_ms)| SlidingLogParams { limit, window_ms })
+            .boxed()
+    }
+    fn limit(p: &SlidingLogParams) -> u64 {
+        p.limit
+    }
+}
+
+impl Subject for SlidingCounter {
+    /// Precision up to 60: a denied check walks `precision^2` counters, too
+    /// slow for hundreds of cases in a debug build at 1000.
+    fn params_strategy() -> BoxedStrategy<SlidingCounterParams> {
+        (
+            amount_small_or_wide(1..30),
+            window_small_or_wide(),
+            prop_oneof![1u16..=12, Just(60)],
+        )
+            .prop_map(|(limit, window_ms, precision)| SlidingCounterParams {
+                limit,
+                window_ms,
+                precision,
+            })
+            .boxed()
+    }
+    fn limit(p: &SlidingCounterParams) -> u64 {
+        p.limit
+    }
+}
+
+impl Subject for Gcra {
+    fn params_strategy() -> BoxedStrategy<GcraParams> {
+        (
+            amount_small_or_wide(1..10),
+            1u64..20,
+            window_small_or_wide(),
+        )
+            .prop_map(|(limit, count, period_ms)| GcraParams {
+                burst: limit - 1,
+                count,
+                period_ms,
+            })
+            .boxed()
+    }
+    fn limit(p: &GcraParams) -> u64 {
+        p.limit()
+    }
+}
+
+/// One command of a random sequence.
+#[derive(Debug, Clone)]
+struct Op<P> {
+    /// Time since the previous command; negative: the clock stepped back.
+    step_ms: i64,
+    /// Reduced to a cost from 1 to one above the limit by [`cost`].
+    cost_seed: u64,
+    peek: bool,
+    /// Parameters that take over from this command on.
+    new_params: Option<P>,
+}
+
+fn ops<A: Subject>() -> impl Strategy<Value = (A::Params, Vec<Op<A::Params>>)> {
+    let step = prop_oneof![
+        3 => Just(0i64),
+        3 => 0i64..3,
+        4 => 0i64..400,
+        3 => 0i64..5000,
+        1 => -100i64..0,
+        1 => 0i64..2 * MAX_DURATION_MS as i64,
+    ];
+    let cost = prop_oneof![3 => Just(1u64), 3 => 1u64..6, 1 => any::<u64>()];
+    let op = (
+        step,
+        cost,
+        prop::bool::weighted(0.25),
+        prop::option::weighted(0.1, A::params_strategy()),
+    )
+        .prop_map(|(step_ms, cost_seed, peek, new_params)| Op {
+            step_ms,
+            cost_seed,
+            peek,
+            new_params,
+        });
+    (A::params_strategy(), prop::collection::vec(op, 1..120))
+}
+
+/// A cost from 1 to `limit + 1` (one that can never be allowed).
+fn cost(seed: u64, limit: u64) -> u64 {
+    if seed <= limit.saturating_add(1) {
+        seed.max(1)
+    } else {
+        1 + seed % limit.saturating_add(1)
+    }
+}
+
+fn mode(peek: bool) -> Mode {
+    if peek {
+        Mode::Peek
+    } else {
+        Mode::Take
+    }
+}
+
+fn encode<A: State>(state: &A) -> Vec<u8> {
+    let mut out = Vec::new();
+    state.encode(&mut out);
+    out
+}
+
+/// One command against a stored state, the way the Redis layer runs it: in
+/// place on a stored key, on a fresh state for a missing one.
+fn command<A: Algorithm>(
+    stored: &mut Option<A>,
+    params: A::Params,
+    now_ms: i64,
+    cost: u64,
+    mode: Mode,
+) -> (Decision, bool) {
+    match stored {
+        Some(state) => state.check_stored(params, now_ms, cost, mode),
+        None => {
+            let (decision, next) = A::check_with(None, params, now_ms, cost, mode);
+            let taken = next.is_some();
+            *stored = next;
+            (decision, taken)
+        }
+    }
+}
+
+/// Runs `ops` from a missing key, calling `each` with the state before and
+/// after every command and whether it took.
+fn run<A: Subject>(
+    params: A::Params,
+    ops: Vec<Op<A::Params>>,
+    mut each: impl FnMut(
+        &Option<A>,
+        &Option<A>,
+        A::Params,
+        i64,
+        u64,
+        Mode,
+        bool,
+    ) -> Result<(), TestCaseError>,
+) -> Result<(), TestCaseError> {
+    let (mut state, mut params, mut now) = (None::<A>, params, T0);
+    for op in ops {
+        if let Some(p) = op.new_params {
+            params = p;
+        }
+        now += op.step_ms;
+        let cost = cost(op.cost_seed, A::limit(&params));
+        let mode = mode(op.peek);
+        let before = state.clone();
+        let (_, taken) = command(&mut state, params, now, cost, mode);
+        each(&before, &state, params, now, cost, mode, taken)?;
+    }
+    Ok(())
+}
+
+/// The properties every algorithm has, as one test each per algorithm.
+macro_rules! every_algorithm_keeps {
+    ($($module:ident: $algorithm:ty),* $(,)?) => {$(
+        mod $module {
+            use super::*;
+
+            proptest! {
+                /// A peek on a stored key, in place, answers without
+                /// changing a byte of the state; on a copy it gives nothing
+                /// to store.
+                #[test]
+                fn a_peek_never_changes_the_stored_state((params, ops) in ops::<$algorithm>()) {
+                    run::<$algorithm>(params, ops, |_, after, params, now, cost, _, _| {
+                        let Some(state) = after else { return Ok(()) };
+                        let bytes = encode(state);
+                        let mut peeked = state.clone();
+                        let (_, changed) = peeked.check_stored(params, now, cost, Mode::Peek);
+                        prop_assert!(!changed);
+                        prop_assert_eq!(encode(&peeked), bytes);
+                        let (_, next) =
+                            <$algorithm>::check_with(Some(state), params, now, cost, Mode::Peek);
+                        prop_assert!(next.is_none());
+                        Ok(())
+                    })?;
+                }
+
+                /// Whatever a command leaves stored decodes back to the same
+                /// state and the same bytes, and a denial or a peek leaves the
+                /// stored bytes as they were.
+                #[test]
+                fn every_reachable_state_round_trips_through_its_encoding(
+                    (params, ops) in ops::<$algorithm>(),
+                ) {
+                    run::<$algorithm>(params, ops, |before, after, _, _, _, _, taken| {
+                        if !taken {
+                            prop_assert_eq!(before.as_ref().map(encode), after.as_ref().map(encode));
+                        }
+                        if let Some(state) = after {
+                            let bytes = encode(state);
+                            let decoded = <$algorithm>::decode(&bytes);
+                            prop_assert_eq!(decoded.as_ref(), Ok(state));
+                            prop_assert_eq!(decoded.map(|d| encode(&d)), Ok(bytes));
+                        }
+                        Ok(())
+                    })?;
+                }
+
+                /// A denied request's `retry_after_ms` is exact: the same
+                /// request is still denied a millisecond earlier and allowed
+                /// then (nothing else happening in between), also under
+                /// parameters that changed and are not stored yet.
+                #[test]
+                fn a_denied_requests_retry_after_is_the_first_moment_it_is_allowed(
+                    (params, ops) in ops::<$algorithm>(),
+                ) {
+                    run::<$algorithm>(params, ops, |before, _, params, now, cost, _, _| {
+                        let d = <$algorithm>::check_with(before.as_ref(), params, now, cost, Mode::Peek).0;
+                        // Waits past the last time a state can carry (year
+                        // 287,396) saturate there.
+                        if d.allowed || d.retry_after_ms < 0 || d.retry_after_ms >= MAX_TIMESTAMP_MS {
+                            return Ok(());
+                        }
+                        // Measured from the time the check used: a clock
+                        // that stepped back counts as no time passed.
+                        let used = before.as_ref().map_or(now, |s| now.max(s.last_seen_ms()));
+                        let at = used + d.retry_after_ms;
+                        let peek = |t| <$algorithm>::check_with(before.as_ref(), params, t, cost, Mode::Peek).0;
+                        prop_assert!(!peek(at - 1).allowed, "allowed before {}", d.retry_after_ms);
+                        prop_assert!(peek(at).allowed, "denied after {}", d.retry_after_ms);
+                        Ok(())
+                    })?;
+                }
+
+                /// A replica that only ever decodes the primary's state after
+                /// each taken request (`RL.SETSTATE`) holds the very same
+                /// bytes, and answers the next command as the primary does,
+                /// across changes of parameters too.
+                #[test]
+                fn a_replica_fed_only_the_encoded_state_stays_identical_to_the_primary(
+                    (params, ops) in ops::<$algorithm>(),
+                ) {
+                    let mut replica: Option<$algorithm> = None;
+                    run::<$algorithm>(params, ops, |before, after, params, now, cost, mode, taken| {
+                        let on_replica =
+                            <$algorithm>::check_with(replica.as_ref(), params, now, cost, mode);
+                        let on_primary =
+                            <$algorithm>::check_with(before.as_ref(), params, now, cost, mode);
+                        prop_assert_eq!(on_replica.0, on_primary.0);
+                        if taken {
+                            let bytes = after.as_ref().map(encode).unwrap_or_default();
+                            replica = Some(<$algorithm>::decode(&bytes).expect("decodes"));
+                        }
+                        prop_assert_eq!(replica.as_ref().map(encode), after.as_ref().map(encode));
+                        Ok(())
+                    })?;
+                }
+            }
+        }
+    )*};
+}
+
+every_algorithm_keeps!(
+    token_bucket: TokenBucket,
+    leaky_bucket: LeakyBucket,
+    fixed_window: FixedWindow,
+    sliding_log: SlidingLog,
+    sliding_counter: SlidingCounter,
+    gcra: Gcra,
+);
+
+/// Requests allowed and taken, as `(time, cost)`, over a random sequence
+/// with fixed parameters.
+fn taken<A: Algorithm>(params: A::Params, steps: &[(i64, u64)]) -> Vec<(i64, u64)> {
+    let (mut state, mut now, mut taken) = (None::<A>, T0, Vec::new());
+    for &(step, cost) in steps {
+        now += step;
+        let (d, took) = command(&mut state, params, now, cost, Mode::Take);
+        assert_eq!(d.allowed, took);
+        if took {
+            taken.push((now, cost));
+        }
+    }
+    taken
+}
+
+fn steps() -> impl Strategy<Value = Vec<(i64, u64)>> {
+    prop::collection::vec(
+        (prop_oneof![Just(0i64), 0i64..50, 0i64..2000], 1u64..5),
+        1..150,
+    )
+}
+
+proptest! {
+    /// Token bucket: any interval of length `t` admits at most
+    /// `capacity + rate * t`. The bucket rounds a refill that is within
+    /// 1e-9 (relative) of a whole token to that token, so the bound is
+    /// allowed that much float noise.
+    #[test]
+    fn token_bucket_admits_no_more_than_capacity_plus_rate_times_any_interval(
+        capacity in 1u64..20,
+        rate_per_s in prop::sample::select(&RATES[..]),
+        steps in steps(),
+    ) {
+        let params = TokenBucketParams { capacity, rate_per_s };
+        let taken = taken::<TokenBucket>(params, &steps);
+        for (i, &(start, _)) in taken.iter().enumerate() {
+            let mut units = 0u64;
+            for &(at, cost) in &taken[i..] {
+                units += cost;
+                let bound = capacity as f64 + rate_per_s * (at - start) as f64 / 1000.0;
+                prop_assert!(units as f64 <= bound * (1.0 + 1e-9), "{} in {} ms", units, at - start);
+            }
+        }
+    }
+
+    /// Leaky bucket, as a meter: any span from one allowed request to a later
+    /// one admits at most `capacity` plus one unit per leak interval `I` of
+    /// its length (exact: `I` is whole nanoseconds).
+    #[test]
+    fn leaky_bucket_admits_no_more_than_capacity_plus_what_leaks_in_any_span(
+        capacity in 1u64..20,
+        rate_per_s in prop::sample::select(&RATES[..]),
+        steps in steps(),
+    ) {
+        let params = LeakyBucketParams { capacity, rate_per_s };
+        let interval_ns = params.leak_interval_ns();
+        let taken = taken::<LeakyBucket>(params, &steps);
+        for (i, &(start, _)) in taken.iter().enumerate() {
+            let mut units = 0i128;
+            for &(at, cost) in &taken[i..] {
+                units += i128::from(cost);
+                let span_ns = i128::from(at - start) * 1_000_000;
+                prop_assert!(units <= i128::from(capacity) + span_ns / interval_ns);
+            }
+        }
+    }
+}
+
+/// One call on a concurrency limiter: acquire (or renew) or release `id`.
+#[derive(Debug, Clone)]
+struct LeaseOp {
+    step_ms: i64,
+    id: u8,
+    release: bool,
+    new_params: Option<LeaseParams>,
+}
+
+fn lease_params() -> impl Strategy<Value = LeaseParams> {
+    (1u64..5, prop_oneof![1u64..3000, 1..=MAX_DURATION_MS])
+        .prop_map(|(limit, lease_ms)| LeaseParams { limit, lease_ms })
+}
+
+proptest! {
+    /// The concurrency limiter's states, after any acquires, renewals and
+    /// releases (and changed parameters), decode back to the same bytes,
+    /// and a replica fed only those bytes answers the next call as the
+    /// primary does; a refused call changes nothing.
+    #[test]
+    fn lease_states_round_trip_and_a_replica_fed_them_stays_identical(
+        params in lease_params(),
+        ops in prop::collection::vec(
+            (
+                prop_oneof![Just(0i64), 0i64..500, 0i64..5000, -100i64..0],
+                0u8..6,
+                prop::bool::weighted(0.3),
+                prop::option::weighted(0.1, lease_params()),
+            )
+                .prop_map(|(step_ms, id, release, new_params)| LeaseOp {
+                    step_ms,
+                    id,
+                    release,
+                    new_params,
+                }),
+            1..120,
+        ),
+    ) {
+        let (mut primary, mut replica) = (None::<Leases>, None::<Leases>);
+        let (mut params, mut now) = (params, T0);
+        for op in ops {
+            params = op.new_params.unwrap_or(params);
+            now += op.step_ms;
+            let id = [b'a' + op.id];
+            let before = primary.as_ref().map(encode);
+            let changed = match (&mut primary, op.release) {
+                (Some(state), true) => state.release(now, &id),
+                (None, true) => false,
+                (Some(state), false) => {
+                    let on_replica = replica.clone().map(|mut r| r.acquire(params, now, &id).0);
+                    let (decision, changed) = state.acquire(params, now, &id);
+                    prop_assert_eq!(on_replica, Some(decision));
+                    changed
+                }
+                (None, false) => {
+                    let mut state = Leases::new(params, now);
+                    let (decision, changed) = state.acquire(params, now, &id);
+                    prop_assert!(decision.allowed && changed);
+                    primary = Some(state);
+                    changed
+                }
+            };
+            if changed {
+                if primary.as_ref().is_some_and(Leases::is_empty) {
+                    primary = None;
+                }
+                let bytes = primary.as_ref().map(encode);
+                replica = bytes
+                    .as_ref()
+                    .map(|bytes| Leases::decode(bytes).expect("decodes"));
+                prop_assert_eq!(replica.as_ref().map(encode), bytes);
+            } else {
+                prop_assert_eq!(primary.as_ref().map(encode), before);
+            }
+        }
+    }
+}
