@@ -66,21 +66,31 @@ impl TokenBucket {
     /// Milliseconds from `now_ms` until this state (as stored, before the
     /// refill to `now_ms`) holds `wanted`, as the later check will compute
     /// it from the same stored state. `estimate`, from the rate, can be off
-    /// when float noise, or the rounding of [`snap`], lands a refill on the
-    /// other side of a whole millisecond, so the first millisecond that holds
-    /// is searched for below it (the refill only grows with time): at most 54
-    /// refills, on a denial only.
+    /// either way when float noise, or the rounding of [`snap`], lands a
+    /// refill on the other side of a whole millisecond (by more than one for
+    /// huge buckets far in time), so the first millisecond that holds is
+    /// found by searching: upwards from the estimate in doubling steps while
+    /// it does not hold yet, then by halving (the refill only grows with
+    /// time). At most about 110 refills, on a denial only.
     fn ms_until_holds(&self, now_ms: i64, wanted: f64, estimate: i64) -> i64 {
         let holds_after = |ms: i64| {
             let mut probe = self.clone();
             probe.refill(now_ms.saturating_add(ms));
             probe.tokens >= wanted
         };
-        let mut high = estimate.saturating_add(1).min(MAX_TIMESTAMP_MS);
-        if !holds_after(high) {
-            return high;
-        }
+        // Beyond the last time a state can carry, waits saturate there.
+        let latest = MAX_TIMESTAMP_MS.saturating_sub(now_ms).max(1);
         let mut low = 1;
+        let mut high = estimate.saturating_add(1).clamp(1, latest);
+        let mut step = 1i64;
+        while !holds_after(high) {
+            if high >= latest {
+                return latest;
+            }
+            low = high + 1;
+            high = high.saturating_add(step).min(latest);
+            step = step.saturating_mul(2);
+        }
         while low < high {
             let mid = low + (high - low) / 2;
             if holds_after(mid) {
