@@ -230,6 +230,7 @@ fn all_refuses_bad_input_with_a_clear_error_and_changes_nothing() {
         (&["RL.ALL", "1", "a", "BOGUS", "1", "1"], "ERR syntax error: unknown algorithm 'BOGUS' (expected TOKENBUCKET, SLIDINGCOUNTER, FIXEDWINDOW, SLIDINGLOG, LEAKYBUCKET or GCRA)"),
         (&["RL.ALL", "2", "a", "a", "TOKENBUCKET", "1", "1", "TOKENBUCKET", "1", "1"], "ERR syntax error: key 'a' is given more than once"),
         (&["RL.ALL", "1", "a", "GCRA", "1", "1"], "ERR syntax error: GCRA needs 3 parameters"),
+        (&["RL.ALL", "1", "a", "SLIDINGCOUNTER", "5", "1m", "PRECISION"], "ERR syntax error: PRECISION needs a value"),
         (&["RL.ALL", "1", "a", "TOKENBUCKET", "0", "1"], "ERR capacity must be an integer from 1 to 9007199254740991"),
         (&["RL.ALL", "1", "a", "FIXEDWINDOW", "5", "0s"], "ERR window must be a duration from 1ms to 366d: a number with an optional unit ms, s, m, h or d (seconds if none)"),
         (&["RL.ALL", "1", "a", "TOKENBUCKET", "1", "1", "TOKENBUCKET", "1", "1"], "ERR syntax error: unknown option 'TOKENBUCKET'"),

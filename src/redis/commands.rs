@@ -187,8 +187,7 @@ impl Effect {
     /// Sets the key's expiry to when its state is as good as new, tells
     /// Redis the key changed, and replicates the state as `RL.SETSTATE`.
     fn publish(&self, ctx: Ctx, key: &Key, key_name: *mut raw::RedisModuleString) {
-        key.expire_at(self.fresh_at_ms);
-        signal_modified(ctx, key_name);
+        written(ctx, key, key_name, self.fresh_at_ms);
         // SAFETY: `ctx` is the running command's; format "sb" takes the key
         // string object, then the state's bytes and their length.
         unsafe {
@@ -204,6 +203,13 @@ impl Effect {
     }
 }
 
+/// After a state was written to a key: its expiry is when the state is as
+/// good as new, and Redis is told the key changed.
+fn written(ctx: Ctx, key: &Key, key_name: *mut raw::RedisModuleString, fresh_at_ms: i64) {
+    key.expire_at(fresh_at_ms);
+    signal_modified(ctx, key_name);
+}
+
 /// Writes `state` to an open key (empty, or holding an `A`) and publishes it.
 fn store<A: Stored>(
     ctx: Ctx,
@@ -212,10 +218,7 @@ fn store<A: Stored>(
     state: A,
 ) -> Result<(), CommandError> {
     let effect = Effect::of(&state);
-    match key.value::<A>()? {
-        Some(slot) => *slot = state,
-        None => key.set(state)?,
-    }
+    key.put(state)?;
     effect.publish(ctx, key, key_name);
     Ok(())
 }
@@ -223,12 +226,10 @@ fn store<A: Stored>(
 fn reply_decision(ctx: Ctx, d: &Decision) -> c_int {
     match d.delay_ms {
         None => reply_integers(ctx, &five(d)),
-        Some(delay_ms) => {
-            let mut six = [0; 6];
-            six[..5].copy_from_slice(&five(d));
-            six[5] = delay_ms;
-            reply_integers(ctx, &six)
-        }
+        // SAFETY: `ctx` is the running command's context.
+        Some(delay_ms) => reply_five_then(ctx, d, || unsafe {
+            rm!(RedisModule_ReplyWithLongLong)(ctx, delay_ms);
+        }),
     }
 }
 
@@ -267,12 +268,8 @@ fn set_state<A: Stored>(
     let state = A::decode(blob).map_err(|e| CommandError::invalid_state(e.0))?;
     let mut key = Key::open(ctx, key_name, true);
     let fresh_at_ms = state.fresh_at_ms();
-    match key.value::<A>()? {
-        Some(slot) => *slot = state,
-        None => key.set(state)?,
-    }
-    key.expire_at(fresh_at_ms);
-    signal_modified(ctx, key_name);
+    key.put(state)?;
+    written(ctx, &key, key_name, fresh_at_ms);
     // SAFETY: `ctx` is the running command's.
     unsafe { rm!(RedisModule_ReplicateVerbatim)(ctx) };
     Ok(())
@@ -290,18 +287,13 @@ unsafe extern "C" fn all_command(ctx: Ctx, argv: Argv, argc: c_int) -> c_int {
     }
     match all(ctx, &args) {
         Ok((combined, tiers)) => {
-            // SAFETY: `ctx` is the running command's context.
-            unsafe { rm!(RedisModule_ReplyWithArray)(ctx, 6) };
-            for value in five(&combined) {
-                // SAFETY: as above.
-                unsafe { rm!(RedisModule_ReplyWithLongLong)(ctx, value) };
-            }
-            // SAFETY: as above.
-            unsafe { rm!(RedisModule_ReplyWithArray)(ctx, tiers.len() as std::ffi::c_long) };
-            for tier in &tiers {
-                reply_decision(ctx, tier);
-            }
-            raw::REDISMODULE_OK as c_int
+            reply_five_then(ctx, &combined, || {
+                // SAFETY: `ctx` is the running command's context.
+                unsafe { rm!(RedisModule_ReplyWithArray)(ctx, tiers.len() as std::ffi::c_long) };
+                for tier in &tiers {
+                    reply_decision(ctx, tier);
+                }
+            })
         }
         Err(error) => reply_error(ctx, &error),
     }
@@ -415,6 +407,18 @@ fn plan<A: Checked>(
     })
 }
 
+/// A reply of six elements: the five integers, then what `sixth` replies.
+fn reply_five_then(ctx: Ctx, d: &Decision, sixth: impl FnOnce()) -> c_int {
+    // SAFETY: `ctx` is the running command's context.
+    unsafe { rm!(RedisModule_ReplyWithArray)(ctx, 6) };
+    for value in five(d) {
+        // SAFETY: as above.
+        unsafe { rm!(RedisModule_ReplyWithLongLong)(ctx, value) };
+    }
+    sixth();
+    raw::REDISMODULE_OK as c_int
+}
+
 /// The five integers every check reply starts with.
 fn five(d: &Decision) -> [i64; 5] {
     [
@@ -435,21 +439,12 @@ unsafe extern "C" fn acquire_command(ctx: Ctx, argv: Argv, argc: c_int) -> c_int
     // SAFETY: Redis passes this command's own argv/argc.
     let args = unsafe { Args::new(argv, argc) };
     match acquire(ctx, &args) {
-        Ok((decision, id)) => {
-            // SAFETY: `ctx` is the running command's context.
-            unsafe { rm!(RedisModule_ReplyWithArray)(ctx, 6) };
-            for value in five(&decision) {
-                // SAFETY: as above.
-                unsafe { rm!(RedisModule_ReplyWithLongLong)(ctx, value) };
+        Ok((decision, id)) => reply_five_then(ctx, &decision, || match id {
+            Some(id) => reply_bytes(ctx, &id),
+            None => {
+                reply_null(ctx);
             }
-            match id {
-                Some(id) => reply_bytes(ctx, &id),
-                None => {
-                    reply_null(ctx);
-                }
-            }
-            raw::REDISMODULE_OK as c_int
-        }
+        }),
         Err(error) => reply_error(ctx, &error),
     }
 }

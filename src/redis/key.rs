@@ -117,6 +117,16 @@ impl Key {
         }
     }
 
+    /// Puts `state` in the key: in place of the `A` it holds, or as a new
+    /// value when it holds nothing (WRONGTYPE when it holds anything else).
+    pub fn put<A: Stored>(&mut self, state: A) -> Result<(), CommandError> {
+        match self.value::<A>()? {
+            Some(slot) => *slot = state,
+            None => self.set(state)?,
+        }
+        Ok(())
+    }
+
     /// Makes the key expire at `unix_ms` (an absolute time, so a replica and
     /// an AOF replay set the very same moment).
     pub fn expire_at(&self, unix_ms: i64) {
