@@ -1,4 +1,5 @@
 # The two commands of the README: `make run` and `make test`.
+SHELL := /bin/bash
 PORT ?= 6379
 MODULE_RELEASE := target/release/libredis_ratelimit.so
 MODULE_DEBUG := target/debug/libredis_ratelimit.so
@@ -18,6 +19,9 @@ build-debug: deps
 
 # A redis-server in the foreground with the module loaded by redis.conf.
 run: build
+	@if (exec 3<>/dev/tcp/127.0.0.1/$(PORT)) 2>/dev/null; then \
+		echo "make run: port $(PORT) is taken (a system redis-server?): try make run PORT=6380" >&2; \
+		exit 1; fi
 	redis-server redis.conf --port $(PORT)
 
 # Unit tests, then the integration tests, which start their own servers

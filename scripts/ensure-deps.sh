@@ -1,30 +1,95 @@
 #!/usr/bin/env bash
-# Makes sure what building and testing the module needs is on this machine:
-# libclang (bindgen, used by the redis-module crate), redis-server and
-# redis-cli/redis-benchmark, and faketime (libfaketime, for the clock tests).
-# Installs them with apt-get when missing and root.
+# Makes sure this machine has what `make run` and `make test` need, and
+# installs what is missing (Debian/Ubuntu, as root or with password-less
+# sudo); elsewhere it names the exact packages and stops, before any compiler
+# output.
+#
+# Each check asks the question the tool that needs it asks, not whether a
+# file with a likely name exists (a name pattern matched Debian's
+# libclang-cpp.so.14, which is not libclang, and the build then failed):
+# - libclang: can bindgen load one and parse a header with it
+#   (scripts/find-libclang.py)? Package libclang-dev.
+# - redis-server: does it run, and is it 7.0 or later? Package redis-server.
+# - redis-cli, redis-benchmark: do they run? Package redis-tools.
+# - libfaketime (the clock tests): does preloading it, as tests/clock.rs
+#   does, move a program's clock? Package faketime.
+# Rust (stable, with cargo) must be installed beforehand: https://rustup.rs
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
-missing=()
-command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
-command -v redis-benchmark >/dev/null 2>&1 || missing+=(redis-tools)
-command -v faketime >/dev/null 2>&1 || missing+=(faketime)
-if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 &&
-   ! ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so'; then
-  missing+=(libclang-dev)
-fi
-[ ${#missing[@]} -eq 0 ] && exit 0
+say() { echo "ensure-deps: $*" >&2; }
 
-packages=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
-if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "Installing: $packages"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  # shellcheck disable=SC2086
-  apt-get install -y -qq $packages >/dev/null
-else
-  echo "Missing: $packages" >&2
-  echo "Install them (Debian/Ubuntu: sudo apt-get install -y $packages) and run again." >&2
+if ! cargo --version >/dev/null 2>&1; then
+  say "Rust is not installed (no working 'cargo'). Install Rust stable first: https://rustup.rs"
   exit 1
 fi
+
+has_libclang() {
+  if command -v python3 >/dev/null 2>&1; then
+    python3 scripts/find-libclang.py >/dev/null
+  else
+    # Without python3 to load it, ask the package manager.
+    [ "$(dpkg-query -W -f='${Status}' libclang-dev 2>/dev/null)" = "install ok installed" ]
+  fi
+}
+
+has_redis_server() {
+  local version
+  version=$(redis-server --version 2>/dev/null | sed -n 's/.* v=\([0-9]*\)\.\([0-9]*\).*/\1 \2/p') || return 1
+  [ -n "$version" ] || return 1
+  set -- $version
+  [ "$1" -gt 7 ] || { [ "$1" -eq 7 ] && [ "$2" -ge 0 ]; }
+}
+
+runs() { "$@" >/dev/null 2>&1; }
+
+# The clock tests preload these two (see tests/clock.rs for why both).
+faketime_preload='/usr/$LIB/libc_malloc_debug.so.0 /usr/$LIB/faketime/libfaketime.so.1'
+has_libfaketime() {
+  local real faked
+  real=$(date +%Y)
+  faked=$(LD_PRELOAD="$faketime_preload" FAKETIME='+400d' date +%Y 2>/dev/null) || return 1
+  [ -n "$faked" ] && [ "$faked" -gt "$real" ]
+}
+
+missing_packages() {
+  local missing=()
+  has_libclang || missing+=(libclang-dev)
+  has_redis_server || missing+=(redis-server)
+  { runs redis-cli --version && runs redis-benchmark --version; } || missing+=(redis-tools)
+  has_libfaketime || missing+=(faketime)
+  echo "${missing[@]:-}"
+}
+
+packages=$(missing_packages)
+[ -z "$packages" ] && exit 0
+
+if command -v apt-get >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ]; then
+    as_root=()
+  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    as_root=(sudo -n)
+  else
+    say "missing: $packages"
+    say "install them as root, then run this again:"
+    say "  sudo apt-get install -y $packages"
+    exit 1
+  fi
+  say "installing: $packages"
+  export DEBIAN_FRONTEND=noninteractive
+  "${as_root[@]}" apt-get update -qq >/dev/null
+  # shellcheck disable=SC2086
+  "${as_root[@]}" apt-get install -y -qq --no-install-recommends $packages >/dev/null
+else
+  say "missing: $packages (Debian/Ubuntu package names)"
+  say "this is not a Debian-like system: install libclang (with clang's headers), redis-server and"
+  say "redis-cli/redis-benchmark 7.0 or later, and libfaketime, then run this again"
+  exit 1
+fi
+
+still=$(missing_packages)
+if [ -n "$still" ]; then
+  say "still missing after installing: $still"
+  exit 1
+fi
+say "installed: $packages"
