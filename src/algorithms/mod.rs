@@ -7,6 +7,7 @@
 //! (`crate::redis`) only parses, loads, calls, stores, replicates and replies.
 
 pub mod concurrency;
+mod registry;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
