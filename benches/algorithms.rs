@@ -22,14 +22,10 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use redis_ratelimit::algorithms::fixed_window::FixedWindow;
-use redis_ratelimit::algorithms::gcra::Gcra;
-use redis_ratelimit::algorithms::leaky_bucket::LeakyBucket;
-use redis_ratelimit::algorithms::sliding_counter::SlidingCounter;
 use redis_ratelimit::algorithms::sliding_log::SlidingLog;
 use redis_ratelimit::algorithms::token_bucket::TokenBucket;
 use redis_ratelimit::algorithms::{Algorithm, Mode, State};
-use redis_ratelimit::parse;
+use redis_ratelimit::parse::check_args;
 
 /// A Unix time in ms (November 2023) the simulated clocks start from.
 const T0_MS: i64 = 1_700_000_000_000;
@@ -107,72 +103,53 @@ fn words<'a>(args: &[&'a str]) -> Vec<&'a [u8]> {
     args.iter().map(|a| a.as_bytes()).collect()
 }
 
-fn algorithms(c: &mut Criterion) {
-    let (params, _) = parse::token_bucket(&words(&["100", "10"])).unwrap();
-    bench_case(
-        c,
-        &Case::<TokenBucket> {
-            name: "token_bucket",
-            params,
-            step_ms: 100,
-        },
-    );
-    let (params, _) = parse::sliding_counter(&words(&["100", "60"])).unwrap();
-    bench_case(
-        c,
-        &Case::<SlidingCounter> {
-            name: "sliding_counter",
-            params,
-            step_ms: 1_000,
-        },
-    );
-    let (params, _) = parse::fixed_window(&words(&["100", "60"])).unwrap();
-    bench_case(
-        c,
-        &Case::<FixedWindow> {
-            name: "fixed_window",
-            params,
-            step_ms: 1_000,
-        },
-    );
-    let (params, _) = parse::sliding_log(&words(&["100", "60"])).unwrap();
-    bench_case(
-        c,
-        &Case::<SlidingLog> {
-            name: "sliding_log",
-            params,
-            step_ms: 1_000,
-        },
-    );
-    let (params, _) = parse::sliding_log(&words(&["1000", "60"])).unwrap();
-    let full = Case::<SlidingLog> {
-        name: "sliding_log_1000_full",
-        params,
-        // 1000 calls in one 60 s window: the oldest leaves as the next comes.
-        step_ms: 60,
+/// Parameters as `make bench` gives them to each algorithm (by its registry
+/// name), and the clock advance between allowed calls.
+const CASES: &[(&str, &[&str], i64)] = &[
+    ("tokenbucket", &["100", "10"], 100),
+    ("slidingcounter", &["100", "60"], 1_000),
+    ("fixedwindow", &["100", "60"], 1_000),
+    ("slidinglog", &["100", "60"], 1_000),
+    ("leakybucket", &["100", "10"], 100),
+    ("gcra", &["99", "10", "1"], 100),
+];
+
+/// The case of the algorithm `A`, which every algorithm of the registry
+/// must have.
+fn case_of<A: Algorithm>() -> Case<A> {
+    let Some(&(name, args, step_ms)) = CASES.iter().find(|(name, ..)| *name == A::NAME) else {
+        panic!("benches/algorithms.rs has no case for the algorithm {}", A::NAME);
     };
-    let (state, _) = steady(&full);
-    assert_eq!(state.entry_count(), 1000, "the log at limit 1000 is full");
-    bench_case(c, &full);
-    let (params, _) = parse::leaky_bucket(&words(&["100", "10"])).unwrap();
-    bench_case(
-        c,
-        &Case::<LeakyBucket> {
-            name: "leaky_bucket",
-            params,
-            step_ms: 100,
-        },
-    );
-    let (params, _) = parse::gcra(&words(&["99", "10", "1"])).unwrap();
-    bench_case(
-        c,
-        &Case::<Gcra> {
-            name: "gcra",
-            params,
-            step_ms: 100,
-        },
-    );
+    let (params, _) = check_args::<A::Params>(&words(args)).unwrap();
+    Case {
+        name,
+        params,
+        step_ms,
+    }
 }
+
+macro_rules! every_algorithm {
+    (
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        others { $($others:tt)* }
+    ) => {
+        /// Every algorithm of the registry, then the full sliding log.
+        fn algorithms(c: &mut Criterion) {
+            $(bench_case(c, &case_of::<redis_ratelimit::algorithms::$module::$ty>());)*
+            let (params, _) = check_args(&words(&["1000", "60"])).unwrap();
+            let full = Case::<SlidingLog> {
+                name: "sliding_log_1000_full",
+                params,
+                // 1000 calls in one 60 s window: the oldest leaves as the next comes.
+                step_ms: 60,
+            };
+            let (state, _) = steady(&full);
+            assert_eq!(state.entry_count(), 1000, "the log at limit 1000 is full");
+            bench_case(c, &full);
+        }
+    };
+}
+redis_ratelimit::registry!(every_algorithm);
 
 /// The other pure work of an allowed call: parsing its arguments, and
 /// encoding the new state for replication (into a new buffer of 64 bytes, as
@@ -181,9 +158,9 @@ fn per_call(c: &mut Criterion) {
     let mut group = c.benchmark_group("per_call");
     let args = words(&["100", "10"]);
     group.bench_function("parse_token_bucket", |b| {
-        b.iter(|| black_box(parse::token_bucket(black_box(&args))))
+        b.iter(|| black_box(check_args::<<TokenBucket as Algorithm>::Params>(black_box(&args))))
     });
-    let (params, _) = parse::token_bucket(&args).unwrap();
+    let (params, _) = check_args(&args).unwrap();
     let (bucket, _) = steady(&Case::<TokenBucket> {
         name: "token_bucket",
         params,
@@ -196,7 +173,7 @@ fn per_call(c: &mut Criterion) {
             out
         })
     });
-    let (params, _) = parse::sliding_log(&words(&["1000", "60"])).unwrap();
+    let (params, _) = check_args(&words(&["1000", "60"])).unwrap();
     let (log, _) = steady(&Case::<SlidingLog> {
         name: "sliding_log_1000_full",
         params,

@@ -21,28 +21,18 @@ pub mod error;
 pub mod parse;
 #[cfg(not(test))]
 mod redis;
+#[deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
+pub mod redis_cell;
 
 #[cfg(not(test))]
 use redis::init;
-#[cfg(not(test))]
-use redis::types::{
-    FIXED_WINDOW_TYPE, GCRA_TYPE, LEAKY_BUCKET_TYPE, LEASES_TYPE, SLIDING_COUNTER_TYPE,
-    SLIDING_LOG_TYPE, TOKEN_BUCKET_TYPE,
-};
 
+// The data types are created by `init`, from the registry.
 #[cfg(not(test))]
 redis_module::redis_module! {
     name: "ratelimit",
     version: 1,
     allocator: (alloc::ModuleAlloc, alloc::ModuleAlloc),
-    data_types: [
-        TOKEN_BUCKET_TYPE,
-        SLIDING_COUNTER_TYPE,
-        FIXED_WINDOW_TYPE,
-        SLIDING_LOG_TYPE,
-        LEAKY_BUCKET_TYPE,
-        GCRA_TYPE,
-        LEASES_TYPE,
-    ],
+    data_types: [],
     init: init,
 }

@@ -137,9 +137,6 @@ impl Leases {
 }
 
 impl State for Leases {
-    const TAG: u8 = 7;
-    const NAME: &'static str = "concurrency";
-
     fn describe(&self) -> Vec<(&'static str, Field)> {
         let leases = self
             .leases
@@ -239,6 +236,7 @@ impl State for Leases {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithms::testkit::encode as encoded;
 
     const T0: i64 = 1_700_000_000_000;
 
@@ -248,12 +246,6 @@ mod tests {
 
     fn summary(d: Decision) -> (bool, u64, i64, i64) {
         (d.allowed, d.remaining, d.retry_after_ms, d.reset_after_ms)
-    }
-
-    fn encoded(state: &Leases) -> Vec<u8> {
-        let mut out = Vec::new();
-        state.encode(&mut out);
-        out
     }
 
     #[test]

@@ -20,6 +20,9 @@ use super::{
     Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS,
 };
 use crate::encoding::{ensure, put_i64, put_u64, DecodeError, Reader};
+use crate::error::CommandError;
+use crate::parse::syntax::{Syntax, Word, LIMIT, WINDOW};
+use crate::parse::values::{amount, duration_ms};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FixedWindowParams {
@@ -27,6 +30,26 @@ pub struct FixedWindowParams {
     pub limit: u64,
     /// The length of a window, in ms.
     pub window_ms: u64,
+}
+
+/// `limit window`, the words of both log-like window commands.
+pub(crate) fn limit_and_window(words: &[&[u8]]) -> Result<(u64, u64), CommandError> {
+    let [limit, window] = words else {
+        return Err(CommandError::Arity);
+    };
+    Ok((amount(limit, "limit")?, duration_ms(window, "window")?))
+}
+
+/// `RL.FIXEDWINDOW key limit window`.
+impl Syntax for FixedWindowParams {
+    const PARAMS: &'static [Word] = &[LIMIT, WINDOW];
+
+    const SUMMARY: &'static str = "Fixed window: at most limit requests per window, windows aligned to the Unix epoch. Replies [allowed, limit, remaining, retry_after_ms, reset_after_ms].";
+
+    fn from_words(words: &[&[u8]]) -> Result<Self, CommandError> {
+        let (limit, window_ms) = limit_and_window(words)?;
+        Ok(Self { limit, window_ms })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,11 +63,6 @@ pub struct FixedWindow {
 }
 
 impl FixedWindow {
-    /// Used in the current window.
-    pub fn count(&self) -> u64 {
-        self.count
-    }
-
     fn window_of(&self, t_ms: i64) -> i128 {
         i128::from(t_ms).div_euclid(i128::from(self.params.window_ms))
     }
@@ -130,9 +148,6 @@ impl Algorithm for FixedWindow {
 }
 
 impl State for FixedWindow {
-    const TAG: u8 = 3;
-    const NAME: &'static str = "fixedwindow";
-
     fn describe(&self) -> Vec<(&'static str, Field)> {
         vec![
             ("limit", Field::Int(self.params.limit as i64)),
@@ -190,6 +205,7 @@ impl State for FixedWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithms::testkit::{call, encode_body as encode};
     use proptest::prelude::*;
 
     /// A time on a minute boundary, so windows of 60 s start here.
@@ -197,27 +213,6 @@ mod tests {
 
     fn params(limit: u64, window_ms: u64) -> FixedWindowParams {
         FixedWindowParams { limit, window_ms }
-    }
-
-    /// Runs one command against `state` the way the Redis layer does.
-    fn call(
-        state: &mut Option<FixedWindow>,
-        p: FixedWindowParams,
-        now_ms: i64,
-        cost: u64,
-        mode: Mode,
-    ) -> Decision {
-        let (decision, next) = FixedWindow::check_with(state.as_ref(), p, now_ms, cost, mode);
-        if let Some(next) = next {
-            *state = Some(next);
-        }
-        decision
-    }
-
-    fn encode(state: &FixedWindow) -> Vec<u8> {
-        let mut buf = Vec::new();
-        state.encode_body(&mut buf);
-        buf
     }
 
     #[test]

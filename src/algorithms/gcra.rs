@@ -1,5 +1,5 @@
 //! GCRA, the generic cell rate algorithm, with redis-cell's meaning of its
-//! parameters, and the reply mapping of redis-cell's `CL.THROTTLE`.
+//! parameters (its `CL.THROTTLE` arguments and reply: `crate::redis_cell`).
 //!
 //! Terms (as in governor's `gcra.rs`): `count` requests per `period` are
 //! allowed in the long run, so requests are nominally spaced by the
@@ -24,12 +24,12 @@
 //! Replies round up to whole milliseconds: a caller that waits
 //! `retry_after_ms` is allowed, one that waits a millisecond less is not.
 
-use super::{
-    ms_to_ns, ns_to_ms_ceil, Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS,
-    MAX_TIMESTAMP_MS, NS_PER_MS,
-};
-use crate::encoding::{ensure, put_i64, put_u64, DecodeError, Reader};
+use super::schedule::{Pace, Schedule};
+use super::{Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, NS_PER_MS};
+use crate::encoding::{ensure, put_u64, DecodeError, Reader};
 use crate::error::CommandError;
+use crate::parse::syntax::{Kind, Syntax, Word};
+use crate::parse::values::{amount, duration_ms};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcraParams {
@@ -54,37 +54,74 @@ impl GcraParams {
         (period_ns / i128::from(self.count.max(1))).max(1)
     }
 
-    /// `tau + T = T * limit`: how far the TAT may run ahead of now.
-    fn window_ns(&self) -> i128 {
-        self.emission_interval_ns()
-            .saturating_mul(i128::from(self.limit()))
+    /// The schedule of these parameters: one request per `T`, `limit` at
+    /// once (`tau + T = T * limit` ahead of now at most).
+    fn pace(&self) -> Pace {
+        Pace {
+            interval_ns: self.emission_interval_ns(),
+            limit: self.limit(),
+        }
+    }
+}
+
+/// `RL.GCRA key burst count period`: `burst` may be 0 (then the limit is
+/// 1); `count` is at most one a nanosecond.
+impl Syntax for GcraParams {
+    const PARAMS: &'static [Word] = &[
+        Word {
+            name: "burst",
+            kind: Kind::Integer,
+            summary: "Requests allowed at once beyond the steady rate (the limit is burst + 1): a whole number from 0.",
+        },
+        Word {
+            name: "count",
+            kind: Kind::Integer,
+            summary: "Requests allowed per period: a whole number from 1 to 2^53-1.",
+        },
+        Word {
+            name: "period",
+            kind: Kind::Duration,
+            summary: "The period's length: a decimal with an optional unit ms, s, m, h or d (seconds when none: 60, 1.5s, 250ms, 1h), from 1ms to 366d.",
+        },
+    ];
+
+    const SUMMARY: &'static str = "GCRA (the leaky bucket as a meter): count requests per period, with bursts of burst beyond the steady rate. Replies [allowed, limit, remaining, retry_after_ms, reset_after_ms].";
+
+    fn from_words(words: &[&[u8]]) -> Result<Self, CommandError> {
+        let [burst, count, period] = words else {
+            return Err(CommandError::Arity);
+        };
+        let burst = if *burst == b"0" {
+            0
+        } else {
+            amount(burst, "burst")
+                .ok()
+                .filter(|&b| b < MAX_AMOUNT)
+                .ok_or_else(|| {
+                    CommandError::must_be("burst", "an integer from 0 to 9007199254740990")
+                })?
+        };
+        let count = amount(count, "count")?;
+        let period_ms = duration_ms(period, "period")?;
+        if u128::from(count) > u128::from(period_ms) * 1_000_000 {
+            return Err(CommandError::must_be(
+                "count",
+                "at most 1000000 per millisecond of period",
+            ));
+        }
+        Ok(Self {
+            burst,
+            count,
+            period_ms,
+        })
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gcra {
     params: GcraParams,
-    /// The theoretical arrival time (Unix ns), in
-    /// `updated_ms..=updated_ms + tau + T` once brought up to date.
-    tat_ns: i128,
-    /// The latest time seen (Unix ms).
-    updated_ms: i64,
-}
-
-impl Gcra {
-    /// The theoretical arrival time (Unix ns).
-    pub fn tat_ns(&self) -> i128 {
-        self.tat_ns
-    }
-
-    /// Bring the state to `now_ms` (never earlier than already seen): a TAT
-    /// in the past becomes now. Returns the time used, in ns.
-    fn advance(&mut self, now_ms: i64) -> i128 {
-        self.updated_ms = self.updated_ms.max(now_ms);
-        let now = ms_to_ns(self.updated_ms);
-        self.tat_ns = self.tat_ns.max(now);
-        now
-    }
+    /// The theoretical arrival time (TAT) and the last update.
+    schedule: Schedule,
 }
 
 impl Algorithm for Gcra {
@@ -93,8 +130,7 @@ impl Algorithm for Gcra {
     fn fresh(params: GcraParams, now_ms: i64) -> Self {
         Self {
             params,
-            tat_ns: ms_to_ns(now_ms),
-            updated_ms: now_ms,
+            schedule: Schedule::fresh(now_ms),
         }
     }
 
@@ -106,207 +142,74 @@ impl Algorithm for Gcra {
     /// key owes is time to wait, whatever the new rate. Since the TAT is
     /// never before now, a larger limit gives no more than a fresh key would
     /// have. The TAT is then clamped to `tau' + T'` (the new parameters)
-    /// after the key was last used, so a key never owes more than one emptied
-    /// under the new parameters would. The clamp is measured from the last
-    /// use, not from `now`: until an allowed request stores the new
-    /// parameters every call reconfigures the stored state again, and a
-    /// promised `retry_after_ms` must stay true across those calls.
+    /// after the key was last used (see [`Schedule::reconfigure`]).
     fn reconfigure(&mut self, params: GcraParams, now_ms: i64) {
-        let most = ms_to_ns(self.updated_ms).saturating_add(params.window_ns());
         self.params = params;
-        self.tat_ns = self.tat_ns.min(most);
-        self.advance(now_ms);
+        self.schedule.reconfigure(params.pace(), now_ms);
     }
 
     fn last_seen_ms(&self) -> i64 {
-        self.updated_ms
+        self.schedule.updated_ms
     }
 
     fn check(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Decision {
-        let now = self.advance(now_ms);
-        let now_ms = self.updated_ms;
-        let t = self.params.emission_interval_ns();
-        let window = self.params.window_ns();
-        let limit = self.params.limit();
-        let new_tat = self
-            .tat_ns
-            .saturating_add(i128::from(cost).saturating_mul(t));
-        let ahead = new_tat.saturating_sub(now);
-        let allowed = cost <= limit && ahead <= window;
-        let retry_after_ms = if allowed {
-            0
-        } else if cost > limit {
-            -1
-        } else {
-            // Allowed once now' >= new_tat - window (the TAT is ahead of
-            // now', so it does not move).
-            ns_to_ms_ceil(ahead - window).max(1)
-        };
-        if allowed && mode == Mode::Take {
-            self.tat_ns = new_tat;
-        }
-        let room = window
-            .saturating_sub(self.tat_ns.saturating_sub(now))
-            .max(0)
-            / t;
-        Decision {
-            allowed,
-            limit,
-            remaining: u64::try_from(room).unwrap_or(0).min(limit),
-            retry_after_ms,
-            reset_after_ms: self.fresh_at_ms().saturating_sub(now_ms).max(0),
-            delay_ms: None,
-        }
+        self.schedule
+            .check(self.params.pace(), now_ms, cost, mode)
+            .0
     }
 }
 
 impl State for Gcra {
-    const TAG: u8 = 6;
-    const NAME: &'static str = "gcra";
-
     fn describe(&self) -> Vec<(&'static str, Field)> {
         vec![
             ("burst", Field::Int(self.params.burst as i64)),
             ("count", Field::Int(self.params.count as i64)),
             ("period_ms", Field::Int(self.params.period_ms as i64)),
-            ("tat_ms", Field::Int(ns_to_ms_ceil(self.tat_ns))),
-            ("updated_ms", Field::Int(self.updated_ms)),
+            ("tat_ms", Field::Int(self.schedule.fresh_at_ms())),
+            ("updated_ms", Field::Int(self.schedule.updated_ms)),
         ]
     }
 
     /// The TAT, rounded up to the millisecond.
     fn fresh_at_ms(&self) -> i64 {
-        ns_to_ms_ceil(self.tat_ns)
+        self.schedule.fresh_at_ms()
     }
 
+    /// `burst`, `count`, `period_ms` u64, then the schedule (`updated_ms`,
+    /// the TAT in ns as an i128); 48 bytes.
     fn encode_body(&self, out: &mut Vec<u8>) {
         put_u64(out, self.params.burst);
         put_u64(out, self.params.count);
         put_u64(out, self.params.period_ms);
-        put_i64(out, self.updated_ms);
-        // The TAT as an i128, little-endian: low 8 bytes, then high 8.
-        out.extend_from_slice(&self.tat_ns.to_le_bytes());
+        self.schedule.encode(out);
     }
 
     fn decode_body(input: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let burst = input.u64()?;
         let count = input.u64()?;
         let period_ms = input.u64()?;
-        let updated_ms = input.i64()?;
-        let tat_low = input.u64()?;
-        let tat_high = input.i64()?;
+        let schedule = Schedule::read(input)?;
         ensure(burst < MAX_AMOUNT, "burst out of range")?;
         ensure((1..=MAX_AMOUNT).contains(&count), "count out of range")?;
         ensure(
             (1..=MAX_DURATION_MS).contains(&period_ms),
             "period out of range",
         )?;
-        ensure(
-            (0..=MAX_TIMESTAMP_MS).contains(&updated_ms),
-            "timestamp out of range",
-        )?;
         let params = GcraParams {
             burst,
             count,
             period_ms,
         };
-        let tat_ns = (i128::from(tat_high) << 64) | i128::from(tat_low);
-        let updated_ns = ms_to_ns(updated_ms);
-        ensure(
-            (updated_ns..=updated_ns.saturating_add(params.window_ns())).contains(&tat_ns),
-            "theoretical arrival time out of range",
-        )?;
-        Ok(Self {
-            params,
-            tat_ns,
-            updated_ms,
-        })
+        schedule.validate(params.pace(), "theoretical arrival time out of range")?;
+        Ok(Self { params, schedule })
     }
-}
-
-/// The arguments of `CL.THROTTLE key max_burst count period [quantity]`
-/// (redis-cell), as this module's GCRA takes them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClThrottleArgs {
-    pub params: GcraParams,
-    /// The quantity; 0 with [`Mode::Peek`].
-    pub cost: u64,
-    /// A quantity of 0 only looks (redis-cell's "peek").
-    pub mode: Mode,
-}
-
-/// Maps `CL.THROTTLE`'s integers (`period` in seconds, `quantity` 1 when not
-/// given) to GCRA parameters, a cost and a mode, or the error reply.
-/// redis-cell takes any `i64` and misbehaves on negative values; here each
-/// must be in range, and `count` at most one per nanosecond of `period`
-/// (redis-cell replies "Zero rates are not supported" beyond that).
-pub fn cl_throttle_args(
-    max_burst: i64,
-    count: i64,
-    period_s: i64,
-    quantity: i64,
-) -> Result<ClThrottleArgs, CommandError> {
-    let in_range =
-        |v: i64, min: u64, max: u64| u64::try_from(v).ok().filter(|v| (min..=max).contains(v));
-    let burst = in_range(max_burst, 0, MAX_AMOUNT - 1).ok_or_else(|| {
-        CommandError::must_be("max_burst", "an integer from 0 to 9007199254740990")
-    })?;
-    let max_period_s = MAX_DURATION_MS / 1000;
-    let period_s = in_range(period_s, 1, max_period_s).ok_or_else(|| {
-        CommandError::must_be(
-            "period",
-            &format!("an integer from 1 to {max_period_s} (seconds)"),
-        )
-    })?;
-    let count = in_range(count, 1, MAX_AMOUNT)
-        .ok_or_else(|| CommandError::must_be("count", "an integer from 1 to 9007199254740991"))?;
-    if u128::from(count) > u128::from(period_s) * 1_000_000_000 {
-        return Err(CommandError::must_be(
-            "count",
-            "at most 1000000000 per second of period",
-        ));
-    }
-    let cost = in_range(quantity, 0, MAX_AMOUNT).ok_or_else(|| {
-        CommandError::must_be("quantity", "an integer from 0 to 9007199254740991")
-    })?;
-    Ok(ClThrottleArgs {
-        params: GcraParams {
-            burst,
-            count,
-            period_ms: period_s * 1000,
-        },
-        cost,
-        mode: if cost == 0 { Mode::Peek } else { Mode::Take },
-    })
-}
-
-/// `CL.THROTTLE`'s reply for a GCRA decision: `[limited (1 or 0), limit,
-/// remaining, retry_after_s (-1 when allowed or never), reset_after_s]`,
-/// seconds rounded up. redis-cell rounds up from whole milliseconds (it drops
-/// a sub-millisecond excess over a whole second, which can tell a caller to
-/// retry a fraction of a millisecond too early); this rounds up the exact
-/// value, so the two differ only in that case. redis-cell also divides for
-/// `remaining` in whole microseconds; this divides exact nanoseconds, the
-/// same whenever `T` is a whole number of microseconds.
-pub fn cl_throttle_reply(d: &Decision) -> [i64; 5] {
-    let secs = |ms: i64| ms.div_euclid(1000) + i64::from(ms.rem_euclid(1000) > 0);
-    let retry_after_s = if d.allowed || d.retry_after_ms < 0 {
-        -1
-    } else {
-        secs(d.retry_after_ms)
-    };
-    [
-        i64::from(!d.allowed),
-        i64::try_from(d.limit).unwrap_or(i64::MAX),
-        i64::try_from(d.remaining).unwrap_or(i64::MAX),
-        retry_after_s,
-        secs(d.reset_after_ms.max(0)),
-    ]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithms::testkit::call;
+    use crate::algorithms::{ms_to_ns, MAX_TIMESTAMP_MS};
     use proptest::prelude::*;
 
     const T0: i64 = 1_700_000_000_000;
@@ -317,21 +220,6 @@ mod tests {
             count,
             period_ms,
         }
-    }
-
-    /// Runs one command against `state` the way the Redis layer does.
-    fn call(
-        state: &mut Option<Gcra>,
-        p: GcraParams,
-        now_ms: i64,
-        cost: u64,
-        mode: Mode,
-    ) -> Decision {
-        let (decision, next) = Gcra::check_with(state.as_ref(), p, now_ms, cost, mode);
-        if let Some(next) = next {
-            *state = Some(next);
-        }
-        decision
     }
 
     /// `(allowed, remaining, retry_after_ms, reset_after_ms)`.
@@ -545,6 +433,19 @@ mod tests {
     }
 
     #[test]
+    fn gcra_takes_a_zero_burst_and_bounds_the_rate() {
+        let parse = |words: &[&[u8]]| crate::parse::check_args::<GcraParams>(words);
+        let text = |words: &[&[u8]]| match parse(words) {
+            Ok(v) => format!("ok {v:?}"),
+            Err(e) => e.text().to_string(),
+        };
+        assert_eq!(parse(&[b"0", b"10", b"1s"]).map(|(p, _)| p.burst), Ok(0));
+        assert!(text(&[b"-1", b"10", b"1s"]).starts_with("ERR burst must be"));
+        assert!(text(&[b"1", b"1000001", b"1ms"]).starts_with("ERR count must be"));
+        assert_eq!(parse(&[b"1", b"10"]).map(|_| ()), Err(CommandError::Arity));
+    }
+
+    #[test]
     fn encoding_round_trips_and_rejects_bad_values() {
         let mut s = None;
         call(&mut s, params(5, 3, 1000), T0, 4, Mode::Take);
@@ -567,89 +468,12 @@ mod tests {
         assert!(bad(&|g| g.params.burst = MAX_AMOUNT));
         assert!(bad(&|g| g.params.count = 0));
         assert!(bad(&|g| g.params.period_ms = 0));
-        assert!(bad(&|g| g.updated_ms = -1));
-        assert!(bad(&|g| g.tat_ns = ms_to_ns(T0) - 1));
-        assert!(bad(&|g| g.tat_ns = ms_to_ns(T0) + 6 * 333_333_333 + 1));
-        assert!(!bad(&|g| g.tat_ns = ms_to_ns(T0) + 6 * 333_333_333));
-    }
-
-    #[test]
-    fn cl_throttle_arguments_map_to_params_cost_and_mode() {
-        let args = cl_throttle_args(15, 30, 60, 1);
-        assert_eq!(
-            args,
-            Ok(ClThrottleArgs {
-                params: params(15, 30, 60_000),
-                cost: 1,
-                mode: Mode::Take
-            })
-        );
-        let peek = cl_throttle_args(0, 1, 1, 0).map(|a| (a.cost, a.mode));
-        assert_eq!(peek, Ok((0, Mode::Peek)));
-        assert!(cl_throttle_args(-1, 1, 1, 1).is_err());
-        assert!(cl_throttle_args(0, 0, 1, 1).is_err());
-        assert!(cl_throttle_args(0, 1, 0, 1).is_err());
-        assert!(cl_throttle_args(0, 1, 31_622_401, 1).is_err());
-        assert!(cl_throttle_args(0, 1, 1, -1).is_err());
-        assert!(cl_throttle_args(0, 1_000_000_001, 1, 1).is_err());
-        assert!(cl_throttle_args(0, 1_000_000_000, 1, 1).is_ok());
-        assert!(cl_throttle_args(9_007_199_254_740_990, 1, 1, 9_007_199_254_740_991).is_ok());
-    }
-
-    #[test]
-    fn cl_throttle_replies_in_whole_seconds_rounded_up() {
-        let d = Decision {
-            allowed: false,
-            limit: 5,
-            remaining: 0,
-            retry_after_ms: 1001,
-            reset_after_ms: 4000,
-            delay_ms: None,
-        };
-        assert_eq!(cl_throttle_reply(&d), [1, 5, 0, 2, 4]);
-        let never = Decision {
-            retry_after_ms: -1,
-            ..d
-        };
-        assert_eq!(cl_throttle_reply(&never), [1, 5, 0, -1, 4]);
-        let allowed = Decision {
-            allowed: true,
-            remaining: 3,
-            retry_after_ms: 0,
-            reset_after_ms: 1,
-            ..d
-        };
-        assert_eq!(cl_throttle_reply(&allowed), [0, 5, 3, -1, 1]);
-    }
-
-    /// Replays `tests/data/cl_throttle.tsv`, recorded from redis-cell 0.5.0:
-    /// each case on a fresh key, its rows in order, all at one time.
-    #[test]
-    fn cl_throttle_replies_match_the_recorded_redis_cell_vectors() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/cl_throttle.tsv");
-        let text = std::fs::read_to_string(path).expect("vector file");
-        let (mut case, mut state, mut rows) = (None, None, 0);
-        for line in text
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.is_empty())
-        {
-            let cols: Vec<&str> = line.split('\t').collect();
-            assert_eq!(cols.len(), 6, "{line}");
-            let num = |i: usize| cols[i].parse::<i64>().expect("integer");
-            if case != Some(cols[0]) {
-                case = Some(cols[0]);
-                state = None;
-            }
-            let args = cl_throttle_args(num(1), num(2), num(3), num(4)).expect("valid args");
-            let d = call(&mut state, args.params, T0, args.cost, args.mode);
-            let expected: Vec<i64> = cols[5]
-                .split(' ')
-                .map(|v| v.parse().expect("integer"))
-                .collect();
-            assert_eq!(cl_throttle_reply(&d).to_vec(), expected, "{line}");
-            rows += 1;
-        }
-        assert_eq!(rows, 181);
+        assert!(bad(&|g| g.schedule.updated_ms = -1));
+        assert!(bad(&|g| g.schedule.due_ns = ms_to_ns(T0) - 1));
+        assert!(bad(
+            &|g| g.schedule.due_ns = ms_to_ns(T0) + 6 * 333_333_333 + 1
+        ));
+        assert!(!bad(&|g| g.schedule.due_ns = ms_to_ns(T0) + 6 * 333_333_333));
     }
 
     proptest! {

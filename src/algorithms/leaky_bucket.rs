@@ -23,11 +23,14 @@
 //! (rates above 10^9 per second) to 366 days (rates below one per 366 days).
 //! Replies round up to whole milliseconds, so no caller acts too early.
 
+use super::schedule::{Pace, Schedule};
+use super::token_bucket::capacity_and_rate;
 use super::{
-    ms_to_ns, ns_to_ms_ceil, Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS,
-    MAX_TIMESTAMP_MS, NS_PER_MS,
+    ns_to_ms_ceil, Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, NS_PER_MS,
 };
-use crate::encoding::{ensure, put_f64, put_i64, put_u64, DecodeError, Reader};
+use crate::encoding::{ensure, put_f64, put_u64, DecodeError, Reader};
+use crate::error::CommandError;
+use crate::parse::syntax::{Kind, Syntax, Word};
 
 /// The slowest leak: one unit per 366 days.
 const MAX_INTERVAL_NS: i128 = MAX_DURATION_MS as i128 * NS_PER_MS;
@@ -51,36 +54,47 @@ impl LeakyBucketParams {
         }
     }
 
-    /// `capacity * I`: how far the drain time may run ahead of now.
-    fn span_ns(&self) -> i128 {
-        i128::from(self.capacity).saturating_mul(self.leak_interval_ns())
+    /// The schedule of these parameters: one unit leaks out per `I`, and
+    /// the queue holds `capacity` (`capacity * I` ahead of now at most).
+    fn pace(&self) -> Pace {
+        Pace {
+            interval_ns: self.leak_interval_ns(),
+            limit: self.capacity,
+        }
+    }
+}
+
+/// `RL.LEAKYBUCKET key capacity rate`.
+impl Syntax for LeakyBucketParams {
+    const PARAMS: &'static [Word] = &[
+        Word {
+            name: "capacity",
+            kind: Kind::Integer,
+            summary: "The most requests the queue holds: a whole number from 1 to 2^53-1.",
+        },
+        Word {
+            name: "rate",
+            kind: Kind::Decimal,
+            summary: "Requests leaving the queue a second: a decimal greater than 0 (0.5, 1000).",
+        },
+    ];
+
+    const SUMMARY: &'static str = "Leaky bucket as a queue: a request joins while fewer than capacity are queued; they leave at rate a second. Replies [allowed, limit, remaining, retry_after_ms, reset_after_ms] and, when allowed, delay_ms.";
+
+    fn from_words(words: &[&[u8]]) -> Result<Self, CommandError> {
+        let (capacity, rate_per_s) = capacity_and_rate(words)?;
+        Ok(Self {
+            capacity,
+            rate_per_s,
+        })
     }
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeakyBucket {
     params: LeakyBucketParams,
-    /// When the queue will be empty (Unix ns), in
-    /// `updated_ms..=updated_ms + capacity * I` once brought up to date.
-    drain_ns: i128,
-    /// The latest time seen (Unix ms).
-    updated_ms: i64,
-}
-
-impl LeakyBucket {
-    /// When the queue will be empty (Unix ns).
-    pub fn drain_ns(&self) -> i128 {
-        self.drain_ns
-    }
-
-    /// Bring the state to `now_ms` (never earlier than already seen): a drain
-    /// time in the past becomes now. Returns the time used, in ns.
-    fn advance(&mut self, now_ms: i64) -> i128 {
-        self.updated_ms = self.updated_ms.max(now_ms);
-        let now = ms_to_ns(self.updated_ms);
-        self.drain_ns = self.drain_ns.max(now);
-        now
-    }
+    /// The drain time (when the queue is empty) and the last update.
+    schedule: Schedule,
 }
 
 impl Algorithm for LeakyBucket {
@@ -89,8 +103,7 @@ impl Algorithm for LeakyBucket {
     fn fresh(params: LeakyBucketParams, now_ms: i64) -> Self {
         Self {
             params,
-            drain_ns: ms_to_ns(now_ms),
-            updated_ms: now_ms,
+            schedule: Schedule::fresh(now_ms),
         }
     }
 
@@ -103,90 +116,53 @@ impl Algorithm for LeakyBucket {
     /// requests queue behind them at the new rate (the level, counted in
     /// units of the new interval, scales by old / new interval). The queue is
     /// then cut to the new capacity: the drain time is clamped to
-    /// `capacity' * I'` after the key was last used. That clamp is measured
-    /// from the last use, not from `now`: until an allowed request stores
-    /// the new parameters every call reconfigures the stored state again, and
-    /// a promised `retry_after_ms` must stay true across those calls.
+    /// `capacity' * I'` after the key was last used (see
+    /// [`Schedule::reconfigure`]).
     fn reconfigure(&mut self, params: LeakyBucketParams, now_ms: i64) {
-        let most = ms_to_ns(self.updated_ms).saturating_add(params.span_ns());
         self.params = params;
-        self.drain_ns = self.drain_ns.min(most);
-        self.advance(now_ms);
+        self.schedule.reconfigure(params.pace(), now_ms);
     }
 
     fn last_seen_ms(&self) -> i64 {
-        self.updated_ms
+        self.schedule.updated_ms
     }
 
     fn check(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Decision {
-        let now = self.advance(now_ms);
-        let now_ms = self.updated_ms;
-        let interval = self.params.leak_interval_ns();
-        let span = self.params.span_ns();
-        let capacity = self.params.capacity;
-        let start = self.drain_ns;
-        let new_drain = start.saturating_add(i128::from(cost).saturating_mul(interval));
-        let ahead = new_drain.saturating_sub(now);
-        let allowed = cost <= capacity && ahead <= span;
-        let retry_after_ms = if allowed {
-            0
-        } else if cost > capacity {
-            -1
-        } else {
-            // Room for `cost` once now' >= new_drain - span (the drain time
-            // is ahead of now', so the turn does not move).
-            ns_to_ms_ceil(ahead - span).max(1)
-        };
-        if allowed && mode == Mode::Take {
-            self.drain_ns = new_drain;
-        }
-        let room = span
-            .saturating_sub(self.drain_ns.saturating_sub(now))
-            .max(0)
-            / interval;
+        let (decision, until_turn_ns) = self.schedule.check(self.params.pace(), now_ms, cost, mode);
         Decision {
-            allowed,
-            limit: capacity,
-            remaining: u64::try_from(room).unwrap_or(0).min(capacity),
-            retry_after_ms,
-            reset_after_ms: self.fresh_at_ms().saturating_sub(now_ms).max(0),
-            delay_ms: allowed.then(|| ns_to_ms_ceil(start.saturating_sub(now))),
+            delay_ms: decision.allowed.then(|| ns_to_ms_ceil(until_turn_ns)),
+            ..decision
         }
     }
 }
 
 impl State for LeakyBucket {
-    const TAG: u8 = 5;
-    const NAME: &'static str = "leakybucket";
-
     fn describe(&self) -> Vec<(&'static str, Field)> {
         vec![
             ("capacity", Field::Int(self.params.capacity as i64)),
             ("rate_per_s", Field::Float(self.params.rate_per_s)),
-            ("empty_at_ms", Field::Int(ns_to_ms_ceil(self.drain_ns))),
-            ("updated_ms", Field::Int(self.updated_ms)),
+            ("empty_at_ms", Field::Int(self.schedule.fresh_at_ms())),
+            ("updated_ms", Field::Int(self.schedule.updated_ms)),
         ]
     }
 
     /// The drain time, rounded up to the millisecond.
     fn fresh_at_ms(&self) -> i64 {
-        ns_to_ms_ceil(self.drain_ns)
+        self.schedule.fresh_at_ms()
     }
 
+    /// `capacity` u64, `rate_per_s` f64, then the schedule (`updated_ms`,
+    /// the drain time in ns as an i128); 40 bytes.
     fn encode_body(&self, out: &mut Vec<u8>) {
         put_u64(out, self.params.capacity);
         put_f64(out, self.params.rate_per_s);
-        put_i64(out, self.updated_ms);
-        // The drain time as an i128, little-endian: low 8 bytes, then high 8.
-        out.extend_from_slice(&self.drain_ns.to_le_bytes());
+        self.schedule.encode(out);
     }
 
     fn decode_body(input: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let capacity = input.u64()?;
         let rate_per_s = input.f64()?;
-        let updated_ms = input.i64()?;
-        let drain_low = input.u64()?;
-        let drain_high = input.i64()?;
+        let schedule = Schedule::read(input)?;
         ensure(
             (1..=MAX_AMOUNT).contains(&capacity),
             "capacity out of range",
@@ -195,31 +171,20 @@ impl State for LeakyBucket {
             rate_per_s.is_finite() && rate_per_s > 0.0,
             "rate out of range",
         )?;
-        ensure(
-            (0..=MAX_TIMESTAMP_MS).contains(&updated_ms),
-            "timestamp out of range",
-        )?;
         let params = LeakyBucketParams {
             capacity,
             rate_per_s,
         };
-        let drain_ns = (i128::from(drain_high) << 64) | i128::from(drain_low);
-        let updated_ns = ms_to_ns(updated_ms);
-        ensure(
-            (updated_ns..=updated_ns.saturating_add(params.span_ns())).contains(&drain_ns),
-            "drain time out of range",
-        )?;
-        Ok(Self {
-            params,
-            drain_ns,
-            updated_ms,
-        })
+        schedule.validate(params.pace(), "drain time out of range")?;
+        Ok(Self { params, schedule })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithms::testkit::call;
+    use crate::algorithms::{ms_to_ns, MAX_TIMESTAMP_MS};
     use proptest::prelude::*;
 
     const T0: i64 = 1_700_000_000_000;
@@ -229,21 +194,6 @@ mod tests {
             capacity,
             rate_per_s,
         }
-    }
-
-    /// Runs one command against `state` the way the Redis layer does.
-    fn call(
-        state: &mut Option<LeakyBucket>,
-        p: LeakyBucketParams,
-        now_ms: i64,
-        cost: u64,
-        mode: Mode,
-    ) -> Decision {
-        let (decision, next) = LeakyBucket::check_with(state.as_ref(), p, now_ms, cost, mode);
-        if let Some(next) = next {
-            *state = Some(next);
-        }
-        decision
     }
 
     /// `(allowed, remaining, retry_after_ms, reset_after_ms, delay_ms)`.
@@ -492,10 +442,12 @@ mod tests {
         assert!(bad(&|b| b.params.rate_per_s = 0.0));
         assert!(bad(&|b| b.params.rate_per_s = f64::NAN));
         assert!(bad(&|b| b.params.rate_per_s = f64::INFINITY));
-        assert!(bad(&|b| b.updated_ms = MAX_TIMESTAMP_MS + 1));
-        assert!(bad(&|b| b.drain_ns = ms_to_ns(T0) - 1));
-        assert!(bad(&|b| b.drain_ns = ms_to_ns(T0) + 7 * 333_333_333 + 1));
-        assert!(!bad(&|b| b.drain_ns = ms_to_ns(T0) + 7 * 333_333_333));
+        assert!(bad(&|b| b.schedule.updated_ms = MAX_TIMESTAMP_MS + 1));
+        assert!(bad(&|b| b.schedule.due_ns = ms_to_ns(T0) - 1));
+        assert!(bad(
+            &|b| b.schedule.due_ns = ms_to_ns(T0) + 7 * 333_333_333 + 1
+        ));
+        assert!(!bad(&|b| b.schedule.due_ns = ms_to_ns(T0) + 7 * 333_333_333));
     }
 
     proptest! {
@@ -521,7 +473,7 @@ mod tests {
                 match d.delay_ms {
                     Some(delay) => {
                         prop_assert!(d.allowed);
-                        prop_assert!(ms_to_ns(delay) < p.span_ns() + NS_PER_MS);
+                        prop_assert!(ms_to_ns(delay) < p.pace().span_ns() + NS_PER_MS);
                         acted.push((now + delay, cost));
                     }
                     None if cost > capacity => {

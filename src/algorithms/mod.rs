@@ -5,17 +5,25 @@
 //! that takes the time explicitly (`now_ms`, Unix milliseconds) so that every
 //! time-dependent behaviour can be tested with a fake clock. The Redis layer
 //! (`crate::redis`) only parses, loads, calls, stores, replicates and replies.
+//!
+//! Which algorithms there are is said once, in [`registry`]: everything that
+//! lists them (commands, types, `RL.ALL`, counters, fuzz targets, benches) is
+//! made from that list.
 
 pub mod concurrency;
-mod registry;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
+pub mod registry;
+mod schedule;
 pub mod sliding_counter;
 pub mod sliding_log;
+#[cfg(test)]
+pub(crate) mod testkit;
 pub mod token_bucket;
 
 use crate::encoding::{ensure, DecodeError, Reader};
+use crate::parse::Syntax;
 
 /// The largest limit, capacity or cost accepted: 2^53 - 1, the largest integer
 /// every client language (including JavaScript and Lua) represents exactly.
@@ -109,15 +117,47 @@ pub enum Field {
     List(Vec<Field>),
 }
 
-/// Every value the module stores: its encoding, when it is as good as new,
-/// and what it says about itself to a person (RL.INFO).
-pub trait State: Clone + Sized {
+/// What the registry says of a stored type (see [`registry`]); implemented
+/// for every type listed there, and only there.
+pub trait Registered {
     /// The tag that starts this value's encoding (see `crate::encoding`).
     const TAG: u8;
-
-    /// The algorithm's name in RL.INFO: its command without `RL.`, lower case.
+    /// The algorithm's name: its command without `RL.`, lower case; its word
+    /// in `RL.ALL`; its name in `RL.INFO` and `INFO ratelimit`.
     const NAME: &'static str;
+    /// The Redis data type's name (nine characters).
+    const TYPE_NAME: &'static str;
+}
 
+/// Implements [`Registered`] for every line of the registry, and checks at
+/// compile time that tags and type names are unique and type names nine
+/// characters long (what Redis requires).
+macro_rules! registered {
+    (
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal;)* }
+    ) => {
+        $(impl Registered for $module::$ty {
+            const TAG: u8 = $tag;
+            const NAME: &'static str = $name;
+            const TYPE_NAME: &'static str = $type_name;
+        })*
+        $(impl Registered for $omodule::$oty {
+            const TAG: u8 = $otag;
+            const NAME: &'static str = $oname;
+            const TYPE_NAME: &'static str = $otype_name;
+        })*
+        const _: () = registry::check(
+            &[$($tag,)* $($otag,)*],
+            &[$($type_name,)* $($otype_name,)*],
+        );
+    };
+}
+crate::registry!(registered);
+
+/// Every value the module stores: its encoding, when it is as good as new,
+/// and what it says about itself to a person (RL.INFO).
+pub trait State: Registered + Clone + Sized {
     /// The moment (Unix ms) from which this state is as good as a fresh one:
     /// the key's expiry time.
     fn fresh_at_ms(&self) -> i64;
@@ -156,8 +196,9 @@ pub trait State: Clone + Sized {
 
 /// One rate-limiting algorithm: its state, which carries its parameters.
 pub trait Algorithm: State {
-    /// The numbers a caller gives with each check (capacity, rate, window...).
-    type Params: Copy + PartialEq + std::fmt::Debug;
+    /// The numbers a caller gives with each check (capacity, rate, window...),
+    /// and how they are written in a command.
+    type Params: Syntax;
 
     /// A state as good as new: nothing used yet.
     fn fresh(params: Self::Params, now_ms: i64) -> Self;

@@ -38,3 +38,51 @@ macro_rules! registry {
         }
     };
 }
+
+/// Fails the build when two lines share a tag or a type name, or a type name
+/// is not the nine characters Redis requires. Only ever evaluated at compile
+/// time (in a `const _`), so its indexing and asserts stop the build, never
+/// the server.
+#[allow(clippy::indexing_slicing)]
+pub(crate) const fn check(tags: &[u8], type_names: &[&str]) {
+    let mut i = 0;
+    while i < tags.len() {
+        let mut j = i + 1;
+        while j < tags.len() {
+            assert!(tags[i] != tags[j], "two registry lines share a tag");
+            j += 1;
+        }
+        i += 1;
+    }
+    let mut i = 0;
+    while i < type_names.len() {
+        assert!(
+            type_names[i].len() == 9,
+            "a Redis type name must be nine characters"
+        );
+        let mut j = i + 1;
+        while j < type_names.len() {
+            assert!(
+                !same(type_names[i].as_bytes(), type_names[j].as_bytes()),
+                "two registry lines share a type name"
+            );
+            j += 1;
+        }
+        i += 1;
+    }
+}
+
+#[allow(clippy::indexing_slicing)]
+const fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}

@@ -12,10 +12,14 @@
 //! bucket is exactly `window_ms` ticks long, and the weighted count is
 //! compared as an integer scaled by `window_ms`.
 
+use super::fixed_window::limit_and_window;
 use super::{
     Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS,
 };
 use crate::encoding::{ensure, put_i64, put_u16, put_u64, DecodeError, Reader};
+use crate::error::CommandError;
+use crate::parse::syntax::{Kind, OptionWord, Syntax, Word, LIMIT, WINDOW};
+use crate::parse::values::small_count;
 
 /// The most sub-windows a window may be cut into.
 pub const MAX_PRECISION: u16 = 1000;
@@ -27,6 +31,45 @@ pub struct SlidingCounterParams {
     pub window_ms: u64,
     /// How many buckets a window is cut into (1 to [`MAX_PRECISION`]).
     pub precision: u16,
+}
+
+/// `RL.SLIDINGCOUNTER key limit window [PRECISION n]`; `PRECISION`
+/// defaults to 1 (Cloudflare's two-window estimate).
+impl Syntax for SlidingCounterParams {
+    const PARAMS: &'static [Word] = &[LIMIT, WINDOW];
+
+    const OPTIONS: &'static [OptionWord] = &[OptionWord {
+        token: "PRECISION",
+        value: Word {
+            name: "precision",
+            kind: Kind::Integer,
+            summary: "Counters a window is cut into, from 1 (default: the current and the previous window) to 1000; more is closer to exact, at 8 bytes a counter.",
+        },
+        parse: |value| small_count(value, "PRECISION", MAX_PRECISION).map(u64::from),
+    }];
+
+    const SUMMARY: &'static str = "Sliding window counter: at most limit requests in any window, estimated from counters of sub-windows. Replies [allowed, limit, remaining, retry_after_ms, reset_after_ms].";
+
+    const COMPLEXITY: &'static str = "O(P) where P is the PRECISION (1 by default)";
+
+    fn from_words(words: &[&[u8]]) -> Result<Self, CommandError> {
+        let (limit, window_ms) = limit_and_window(words)?;
+        Ok(Self {
+            limit,
+            window_ms,
+            precision: 1,
+        })
+    }
+
+    fn with_options(self, values: &[Option<u64>]) -> Self {
+        let precision = values
+            .first()
+            .copied()
+            .flatten()
+            .and_then(|p| u16::try_from(p).ok())
+            .unwrap_or(self.precision);
+        Self { precision, ..self }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -245,9 +288,6 @@ impl Algorithm for SlidingCounter {
 }
 
 impl State for SlidingCounter {
-    const TAG: u8 = 2;
-    const NAME: &'static str = "slidingcounter";
-
     fn describe(&self) -> Vec<(&'static str, Field)> {
         let newest = self.bucket_of(self.updated_ms);
         let counts = (newest - self.n()..=newest)
@@ -329,6 +369,7 @@ impl State for SlidingCounter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithms::testkit::{call, encode};
 
     /// A time on a minute boundary, so windows of 60 s start here.
     const T0: i64 = 1_700_000_040_000;
@@ -339,20 +380,6 @@ mod tests {
             window_ms,
             precision,
         }
-    }
-
-    fn call(
-        state: &mut Option<SlidingCounter>,
-        p: SlidingCounterParams,
-        now_ms: i64,
-        cost: u64,
-        mode: Mode,
-    ) -> Decision {
-        let (decision, next) = SlidingCounter::check_with(state.as_ref(), p, now_ms, cost, mode);
-        if let Some(next) = next {
-            *state = Some(next);
-        }
-        decision
     }
 
     #[test]
@@ -515,11 +542,7 @@ mod tests {
     }
 
     fn encoded(state: &Option<SlidingCounter>) -> Option<Vec<u8>> {
-        state.as_ref().map(|s| {
-            let mut out = Vec::new();
-            s.encode(&mut out);
-            out
-        })
+        state.as_ref().map(encode)
     }
 
     use proptest::prelude::prop_oneof;

@@ -11,6 +11,9 @@
 
 use super::{ceil_ms, Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_TIMESTAMP_MS};
 use crate::encoding::{ensure, put_f64, put_i64, put_u64, DecodeError, Reader};
+use crate::error::CommandError;
+use crate::parse::syntax::{Kind, Syntax, Word};
+use crate::parse::values::{amount, rate};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TokenBucketParams {
@@ -18,6 +21,40 @@ pub struct TokenBucketParams {
     pub capacity: u64,
     /// Tokens added per second.
     pub rate_per_s: f64,
+}
+
+/// `capacity rate`, the words of both bucket commands.
+pub(crate) fn capacity_and_rate(words: &[&[u8]]) -> Result<(u64, f64), CommandError> {
+    let [capacity, rate_per_s] = words else {
+        return Err(CommandError::Arity);
+    };
+    Ok((amount(capacity, "capacity")?, rate(rate_per_s, "rate")?))
+}
+
+/// `RL.TOKENBUCKET key capacity rate`.
+impl Syntax for TokenBucketParams {
+    const PARAMS: &'static [Word] = &[
+        Word {
+            name: "capacity",
+            kind: Kind::Integer,
+            summary: "The most tokens the bucket holds, and so the largest burst: a whole number from 1 to 2^53-1.",
+        },
+        Word {
+            name: "rate",
+            kind: Kind::Decimal,
+            summary: "Tokens added a second, continuously: a decimal greater than 0 (0.5, 1000).",
+        },
+    ];
+
+    const SUMMARY: &'static str = "Token bucket: takes COST tokens from a bucket that starts with capacity tokens and refills rate tokens a second. Replies [allowed, limit, remaining, retry_after_ms, reset_after_ms].";
+
+    fn from_words(words: &[&[u8]]) -> Result<Self, CommandError> {
+        let (capacity, rate_per_s) = capacity_and_rate(words)?;
+        Ok(Self {
+            capacity,
+            rate_per_s,
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -44,11 +81,6 @@ fn snap(tokens: f64) -> f64 {
 }
 
 impl TokenBucket {
-    /// Tokens now in the bucket.
-    pub fn tokens(&self) -> f64 {
-        self.tokens
-    }
-
     fn refill(&mut self, now_ms: i64) {
         let elapsed_ms = now_ms.saturating_sub(self.updated_ms);
         if elapsed_ms > 0 {
@@ -162,9 +194,6 @@ impl Algorithm for TokenBucket {
 }
 
 impl State for TokenBucket {
-    const TAG: u8 = 1;
-    const NAME: &'static str = "tokenbucket";
-
     fn describe(&self) -> Vec<(&'static str, Field)> {
         vec![
             ("capacity", Field::Int(self.params.capacity as i64)),
@@ -221,6 +250,7 @@ impl State for TokenBucket {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithms::testkit::call;
 
     const T0: i64 = 1_700_000_000_000;
 
@@ -229,21 +259,6 @@ mod tests {
             capacity,
             rate_per_s,
         }
-    }
-
-    /// Runs one command against `state` the way the Redis layer does.
-    fn call(
-        state: &mut Option<TokenBucket>,
-        p: TokenBucketParams,
-        now_ms: i64,
-        cost: u64,
-        mode: Mode,
-    ) -> Decision {
-        let (decision, next) = TokenBucket::check_with(state.as_ref(), p, now_ms, cost, mode);
-        if let Some(next) = next {
-            *state = Some(next);
-        }
-        decision
     }
 
     #[test]

@@ -4,15 +4,18 @@
 //! exists on this server, so the module refuses to load rather than fail later.
 
 use std::ffi::{c_char, c_int, c_long, c_longlong, CString};
+use std::marker::PhantomData;
 
 use redis_module::raw;
 
 use crate::algorithms::Field;
 use crate::error::CommandError;
 
-/// The API function `$name`, checked at load time by [`missing_apis`].
+/// The API function `$name`, checked at load time by [`missing_apis`]. Only
+/// a function of that list can be named here: anything else does not build.
 macro_rules! rm {
     ($name:ident) => {{
+        let () = $crate::redis::api::listed::$name;
         // SAFETY: Redis writes these pointers once, while loading the module,
         // before any command or callback of ours can run; reading a copy is sound.
         #[allow(unused_unsafe)]
@@ -25,9 +28,18 @@ macro_rules! rm {
 }
 pub(crate) use rm;
 
-/// Every API function the module calls. Keep in step with the `rm!` uses.
+/// Every API function the module calls, checked at load time. The list and
+/// the calls cannot drift apart: `rm!` of a function not listed does not
+/// build, and a listed function that nothing calls is dead code (`make lint`
+/// refuses it).
 macro_rules! required {
     ($($name:ident),* $(,)?) => {
+        /// One item per listed function, for `rm!` to name.
+        #[allow(non_upper_case_globals)]
+        pub(crate) mod listed {
+            $(pub(crate) const $name: () = ();)*
+        }
+
         /// The names of required API functions this server lacks.
         pub fn missing_apis() -> Vec<&'static str> {
             let mut missing = Vec::new();
@@ -99,19 +111,184 @@ pub fn now_ms() -> i64 {
     unsafe { rm!(RedisModule_Milliseconds)() }
 }
 
-/// The command's arguments, as Redis passed them.
-pub struct Args {
-    argv: *mut *mut raw::RedisModuleString,
-    argc: usize,
+/// The context of the running command, valid while it runs (`'a`). Raw
+/// context pointers are turned into this once, where Redis calls the
+/// module ([`run`]), so nothing else can be handed a stray pointer.
+#[derive(Clone, Copy)]
+pub struct Ctx<'a> {
+    ptr: *mut raw::RedisModuleCtx,
+    life: PhantomData<&'a raw::RedisModuleCtx>,
 }
 
-impl Args {
+/// A key's name, as the Redis string object a command was given: lives as
+/// long as the command's arguments (`'a`).
+#[derive(Clone, Copy)]
+pub struct KeyName<'a> {
+    ptr: *mut raw::RedisModuleString,
+    life: PhantomData<&'a raw::RedisModuleString>,
+}
+
+impl<'a> KeyName<'a> {
+    pub fn raw(self) -> *mut raw::RedisModuleString {
+        self.ptr
+    }
+
+    pub fn bytes(self) -> &'a [u8] {
+        string_bytes(self.ptr)
+    }
+}
+
+/// The C signature of a command.
+pub type Handler = unsafe extern "C" fn(
+    *mut raw::RedisModuleCtx,
+    *mut *mut raw::RedisModuleString,
+    c_int,
+) -> c_int;
+
+/// Runs a command's body on typed handles. Every `extern "C"` command
+/// function is one call of this.
+///
+/// # Safety
+/// `ctx`, `argv` and `argc` must be those Redis passed to the running command.
+pub unsafe fn run(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    body: fn(Ctx<'_>, &Args<'_>) -> Status,
+) -> c_int {
+    // SAFETY: per this function's contract.
+    let (ctx, args) = unsafe { (Ctx::new(ctx), Args::new(argv, argc)) };
+    body(ctx, &args);
+    raw::REDISMODULE_OK as c_int
+}
+
+/// What a command body returns: the reply was sent.
+pub struct Status;
+
+impl<'a> Ctx<'a> {
+    /// # Safety
+    /// `ptr` must be a context Redis handed the module, valid for `'a`.
+    pub unsafe fn new(ptr: *mut raw::RedisModuleCtx) -> Self {
+        Self {
+            ptr,
+            life: PhantomData,
+        }
+    }
+
+    /// The raw pointer, for the API calls of this layer.
+    pub fn raw(self) -> *mut raw::RedisModuleCtx {
+        self.ptr
+    }
+
+    /// A reply of integers: an array of them.
+    pub fn reply_integers(self, values: &[i64]) -> Status {
+        self.reply_array(values.len());
+        for &v in values {
+            self.reply_integer(v);
+        }
+        Status
+    }
+
+    pub fn reply_integer(self, value: i64) -> Status {
+        // SAFETY: `ptr` is the running command's context.
+        unsafe { rm!(RedisModule_ReplyWithLongLong)(self.ptr, value as c_longlong) };
+        Status
+    }
+
+    /// The header of an array of `len` elements; the elements follow.
+    pub fn reply_array(self, len: usize) {
+        // SAFETY: `ptr` is the running command's context.
+        unsafe { rm!(RedisModule_ReplyWithArray)(self.ptr, len as c_long) };
+    }
+
+    /// A reply of field/value pairs: a map under RESP3, a flat array of
+    /// alternating names and values under RESP2.
+    pub fn reply_fields(self, fields: &[(&str, Field)]) -> Status {
+        // SAFETY: `ptr` is the running command's context.
+        unsafe { rm!(RedisModule_ReplyWithMap)(self.ptr, fields.len() as c_long) };
+        for (name, value) in fields {
+            self.reply_bytes(name.as_bytes());
+            self.reply_field(value);
+        }
+        Status
+    }
+
+    fn reply_field(self, field: &Field) {
+        match field {
+            Field::Int(v) => {
+                self.reply_integer(*v);
+            }
+            // SAFETY: `ptr` is the running command's context.
+            Field::Float(v) => unsafe {
+                rm!(RedisModule_ReplyWithDouble)(self.ptr, *v);
+            },
+            Field::Text(bytes) => {
+                self.reply_bytes(bytes);
+            }
+            Field::List(items) => {
+                self.reply_array(items.len());
+                for item in items {
+                    self.reply_field(item);
+                }
+            }
+        }
+    }
+
+    /// A bulk string.
+    pub fn reply_bytes(self, bytes: &[u8]) -> Status {
+        // SAFETY: `ptr` is the running command's context; Redis copies the bytes.
+        unsafe { rm!(RedisModule_ReplyWithStringBuffer)(self.ptr, buffer_ptr(bytes), bytes.len()) };
+        Status
+    }
+
+    pub fn reply_null(self) -> Status {
+        // SAFETY: `ptr` is the running command's context.
+        unsafe { rm!(RedisModule_ReplyWithNull)(self.ptr) };
+        Status
+    }
+
+    pub fn reply_ok(self) -> Status {
+        // SAFETY: `ptr` is the running command's context; the message is a C string.
+        unsafe { rm!(RedisModule_ReplyWithSimpleString)(self.ptr, c"OK".as_ptr()) };
+        Status
+    }
+
+    pub fn reply_error(self, error: &CommandError) -> Status {
+        match error {
+            // SAFETY: `ptr` is the running command's context.
+            CommandError::Arity => unsafe { rm!(RedisModule_WrongArity)(self.ptr) },
+            CommandError::Reply(text) => {
+                let text = CString::new(text.replace('\0', "?")).unwrap_or_default();
+                // SAFETY: `ptr` is the running command's context; `text` is a C
+                // string that outlives the call (Redis copies it).
+                unsafe { rm!(RedisModule_ReplyWithError)(self.ptr, text.as_ptr()) }
+            }
+        };
+        Status
+    }
+
+    /// Tells Redis the key changed (WATCH, client-side caching).
+    pub fn signal_modified(self, name: KeyName<'_>) {
+        // SAFETY: `ptr` and the name belong to the running command.
+        unsafe { rm!(RedisModule_SignalModifiedKey)(self.ptr, name.raw()) };
+    }
+}
+
+/// The command's arguments, as Redis passed them.
+pub struct Args<'a> {
+    argv: *mut *mut raw::RedisModuleString,
+    argc: usize,
+    life: PhantomData<&'a raw::RedisModuleString>,
+}
+
+impl<'a> Args<'a> {
     /// # Safety
     /// `argv` and `argc` must be those Redis passed to the running command.
     pub unsafe fn new(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> Self {
         Self {
             argv,
             argc: usize::try_from(argc).unwrap_or(0),
+            life: PhantomData,
         }
     }
 
@@ -119,19 +296,22 @@ impl Args {
         self.argc
     }
 
-    /// The `i`th argument as Redis's string object (for keys and replication).
-    pub fn raw(&self, i: usize) -> Option<*mut raw::RedisModuleString> {
+    /// The `i`th argument as a key name.
+    pub fn key(&self, i: usize) -> Option<KeyName<'a>> {
         // SAFETY: `argv` holds `argc` valid pointers for the command's duration.
-        (i < self.argc).then(|| unsafe { *self.argv.add(i) })
+        (i < self.argc).then(|| KeyName {
+            ptr: unsafe { *self.argv.add(i) },
+            life: PhantomData,
+        })
     }
 
     /// The `i`th argument's bytes.
-    pub fn bytes(&self, i: usize) -> Option<&[u8]> {
-        self.raw(i).map(|s| string_bytes(s))
+    pub fn bytes(&self, i: usize) -> Option<&'a [u8]> {
+        self.key(i).map(KeyName::bytes)
     }
 
     /// The bytes of every argument from `from` on.
-    pub fn bytes_from(&self, from: usize) -> Words<'_> {
+    pub fn bytes_from(&self, from: usize) -> Words<'a> {
         let mut words = Words {
             inline: [&[]; INLINE_WORDS],
             len: 0,
@@ -189,62 +369,6 @@ pub fn string_bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
     }
 }
 
-/// A request's reply: an array of integers.
-pub fn reply_integers(ctx: *mut raw::RedisModuleCtx, values: &[i64]) -> c_int {
-    // SAFETY: `ctx` is the running command's context.
-    unsafe {
-        rm!(RedisModule_ReplyWithArray)(ctx, values.len() as c_long);
-        for &v in values {
-            rm!(RedisModule_ReplyWithLongLong)(ctx, v as c_longlong);
-        }
-    }
-    raw::REDISMODULE_OK as c_int
-}
-
-/// A reply of field/value pairs: a map under RESP3, a flat array of
-/// alternating names and values under RESP2.
-pub fn reply_fields(ctx: *mut raw::RedisModuleCtx, fields: &[(&str, Field)]) -> c_int {
-    // SAFETY: `ctx` is the running command's context.
-    unsafe { rm!(RedisModule_ReplyWithMap)(ctx, fields.len() as c_long) };
-    for (name, value) in fields {
-        reply_bytes(ctx, name.as_bytes());
-        reply_field(ctx, value);
-    }
-    raw::REDISMODULE_OK as c_int
-}
-
-fn reply_field(ctx: *mut raw::RedisModuleCtx, field: &Field) {
-    match field {
-        // SAFETY (all arms): `ctx` is the running command's context.
-        Field::Int(v) => unsafe {
-            rm!(RedisModule_ReplyWithLongLong)(ctx, *v as c_longlong);
-        },
-        Field::Float(v) => unsafe {
-            rm!(RedisModule_ReplyWithDouble)(ctx, *v);
-        },
-        Field::Text(bytes) => reply_bytes(ctx, bytes),
-        Field::List(items) => {
-            // SAFETY: as above.
-            unsafe { rm!(RedisModule_ReplyWithArray)(ctx, items.len() as c_long) };
-            for item in items {
-                reply_field(ctx, item);
-            }
-        }
-    }
-}
-
-/// A bulk string.
-pub fn reply_bytes(ctx: *mut raw::RedisModuleCtx, bytes: &[u8]) {
-    // SAFETY: `ctx` is the running command's context; Redis copies the bytes.
-    unsafe { rm!(RedisModule_ReplyWithStringBuffer)(ctx, buffer_ptr(bytes), bytes.len()) };
-}
-
-pub fn reply_null(ctx: *mut raw::RedisModuleCtx) -> c_int {
-    // SAFETY: `ctx` is the running command's context.
-    unsafe { rm!(RedisModule_ReplyWithNull)(ctx) };
-    raw::REDISMODULE_OK as c_int
-}
-
 /// `len` random hex characters from the server's own generator, which is
 /// seeded from the operating system's entropy: not guessable by a client.
 pub fn random_hex(len: usize) -> Vec<u8> {
@@ -252,26 +376,6 @@ pub fn random_hex(len: usize) -> Vec<u8> {
     // SAFETY: `out` has room for exactly `len` bytes.
     unsafe { rm!(RedisModule_GetRandomHexChars)(out.as_mut_ptr().cast::<c_char>(), len) };
     out
-}
-
-pub fn reply_ok(ctx: *mut raw::RedisModuleCtx) -> c_int {
-    // SAFETY: `ctx` is the running command's context; the message is a C string.
-    unsafe { rm!(RedisModule_ReplyWithSimpleString)(ctx, c"OK".as_ptr()) };
-    raw::REDISMODULE_OK as c_int
-}
-
-pub fn reply_error(ctx: *mut raw::RedisModuleCtx, error: &CommandError) -> c_int {
-    match error {
-        // SAFETY: `ctx` is the running command's context.
-        CommandError::Arity => unsafe { rm!(RedisModule_WrongArity)(ctx) },
-        CommandError::Reply(text) => {
-            let text = CString::new(text.replace('\0', "?")).unwrap_or_default();
-            // SAFETY: `ctx` is the running command's context; `text` is a C
-            // string that outlives the call (Redis copies it).
-            unsafe { rm!(RedisModule_ReplyWithError)(ctx, text.as_ptr()) }
-        }
-    };
-    raw::REDISMODULE_OK as c_int
 }
 
 /// `*const c_char` of a buffer, for the `b` format of `Replicate`/`EmitAOF`.

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use redis_module::raw;
 
-use super::api::rm;
+use super::api::{rm, Ctx, KeyName};
 
 static DENY_EVENTS: AtomicBool = AtomicBool::new(false);
 
@@ -88,16 +88,16 @@ fn yes_or_no(value: &[u8]) -> Result<bool, String> {
 
 /// Tells keyspace-event subscribers that a request on `key_name` was
 /// denied, when `deny-events` is on.
-pub fn on_denied(ctx: *mut raw::RedisModuleCtx, key_name: *mut raw::RedisModuleString) {
+pub fn on_denied(ctx: Ctx<'_>, key_name: KeyName<'_>) {
     if DENY_EVENTS.load(Relaxed) {
         // SAFETY: `ctx` and `key_name` belong to the running command; the
         // event name is a static C string.
         unsafe {
             rm!(RedisModule_NotifyKeyspaceEvent)(
-                ctx,
+                ctx.raw(),
                 raw::REDISMODULE_NOTIFY_MODULE as c_int,
                 c"rl.denied".as_ptr(),
-                key_name,
+                key_name.raw(),
             )
         };
     }

@@ -2,34 +2,36 @@
 
 use std::ffi::c_int;
 
+use std::marker::PhantomData;
+
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use super::api::rm;
+use super::api::{rm, Ctx, KeyName};
 use super::types::Stored;
 use crate::error::CommandError;
 
-/// A key opened for one command, closed when dropped.
-pub struct Key {
+/// A key opened for one command (`'a`), closed when dropped.
+pub struct Key<'a> {
     ptr: *mut raw::RedisModuleKey,
+    life: PhantomData<Ctx<'a>>,
 }
 
-impl Key {
+impl<'a> Key<'a> {
     /// Opens `name` for reading, or for reading and writing. Opening does not
     /// create the key; setting a value does.
-    pub fn open(
-        ctx: *mut raw::RedisModuleCtx,
-        name: *mut raw::RedisModuleString,
-        write: bool,
-    ) -> Self {
+    pub fn open(ctx: Ctx<'a>, name: KeyName<'a>, write: bool) -> Self {
         let mode = if write {
             raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
         } else {
             raw::REDISMODULE_READ
         };
         // SAFETY: `ctx` and `name` belong to the running command.
-        let ptr = unsafe { rm!(RedisModule_OpenKey)(ctx, name, mode as c_int) };
-        Self { ptr }
+        let ptr = unsafe { rm!(RedisModule_OpenKey)(ctx.raw(), name.raw(), mode as c_int) };
+        Self {
+            ptr,
+            life: PhantomData,
+        }
     }
 
     fn holds(&self, ty: &RedisType) -> Result<bool, CommandError> {
@@ -66,10 +68,16 @@ impl Key {
         Ok(unsafe { value.as_mut() })
     }
 
-    /// The state the key holds if it is an `A`; `None` when it is empty or
-    /// holds anything else.
-    pub fn value_if<A: Stored>(&mut self) -> Option<&mut A> {
-        self.value::<A>().ok().flatten()
+    /// The state the key holds if it is an `A`, to read; `None` when it is
+    /// empty or holds anything else.
+    pub fn get<A: Stored>(&self) -> Option<&A> {
+        if !self.holds(A::redis_type()).ok()? {
+            return None;
+        }
+        // SAFETY: as in `value`; shared, since `&self` lends nothing mutable.
+        let value = unsafe { rm!(RedisModule_ModuleTypeGetValue)(self.ptr) }.cast::<A>();
+        // SAFETY: non-null values of our type are valid `A`s (see `value`).
+        unsafe { value.as_ref() }
     }
 
     /// Whether the key holds nothing.
@@ -135,7 +143,7 @@ impl Key {
     }
 }
 
-impl Drop for Key {
+impl Drop for Key<'_> {
     fn drop(&mut self) {
         if !self.ptr.is_null() {
             // SAFETY: `ptr` was opened by `open` and is closed once, here.

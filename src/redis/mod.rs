@@ -2,9 +2,9 @@
 //! loads, calls an algorithm, stores, replicates and replies.
 
 pub mod api;
+pub mod command_info;
 pub mod commands;
 pub mod config;
-pub mod docs;
 pub mod key;
 pub mod stats;
 pub mod types;
@@ -17,8 +17,9 @@ use api::{missing_apis, rm};
 
 /// Module start-up: check the server has every API we call, take over
 /// key-modification signals (so a peek or a denial does not disturb `WATCH`),
-/// handle RDB read errors ourselves, register the commands and document them
-/// (`COMMAND DOCS`, key specs, arity), and take the module's settings.
+/// handle RDB read errors ourselves, create the data types, register the
+/// commands and document them (`COMMAND DOCS`, key specs, arity), and take
+/// the module's settings.
 pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let missing = missing_apis();
     if !missing.is_empty() {
@@ -37,7 +38,13 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
                 | raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS) as c_int,
         )
     };
-    for command in commands::COMMANDS {
+    for redis_type in types::every_type() {
+        if let Err(why) = redis_type.create_data_type(raw_ctx) {
+            ctx.log_warning(&format!("ratelimit: cannot create a data type: {why}"));
+            return Status::Err;
+        }
+    }
+    for command in commands::table() {
         // SAFETY: `raw_ctx` is the loading context; the name and flags are C
         // strings that Redis copies.
         let status = unsafe {
@@ -46,19 +53,19 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
                 command.name.as_ptr(),
                 Some(command.handler),
                 command.flags.as_ptr(),
-                command.first_key,
-                command.last_key,
-                command.key_step,
+                command.keys.0,
+                command.keys.1,
+                command.keys.2,
             )
         };
         if status != raw::REDISMODULE_OK as c_int {
             ctx.log_warning(&format!("ratelimit: cannot register {:?}", command.name));
             return Status::Err;
         }
-    }
-    if let Err(why) = docs::document_commands(raw_ctx) {
-        ctx.log_warning(&format!("ratelimit: {why}"));
-        return Status::Err;
+        if let Err(why) = command_info::document(raw_ctx, &command.name, &command.doc) {
+            ctx.log_warning(&format!("ratelimit: {why}"));
+            return Status::Err;
+        }
     }
     // SAFETY: `raw_ctx` is the loading context; the callback is a plain fn.
     unsafe { rm!(RedisModule_RegisterInfoFunc)(raw_ctx, Some(stats::info)) };

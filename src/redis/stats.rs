@@ -36,17 +36,9 @@ impl Counter {
     }
 }
 
-macro_rules! counters {
-    ($($name:ident => $field:literal),* $(,)?) => {
-        $(pub static $name: Counter =
-            Counter::new(concat_cstr!($field, "_allowed"), concat_cstr!($field, "_denied"));)*
-        static EVERY: &[&Counter] = &[$(&$name),*];
-    };
-}
-
 /// A C string literal made of two string literals.
 macro_rules! concat_cstr {
-    ($a:literal, $b:literal) => {
+    ($a:expr, $b:literal) => {
         match CStr::from_bytes_with_nul(concat!($a, $b, "\0").as_bytes()) {
             Ok(s) => s,
             Err(_) => panic!("a field name holds a NUL"),
@@ -54,24 +46,49 @@ macro_rules! concat_cstr {
     };
 }
 
-counters!(
-    TOKEN_BUCKET => "tokenbucket",
-    SLIDING_COUNTER => "slidingcounter",
-    FIXED_WINDOW => "fixedwindow",
-    SLIDING_LOG => "slidinglog",
-    LEAKY_BUCKET => "leakybucket",
-    GCRA => "gcra",
-    CL_THROTTLE => "cl_throttle",
-    ALL => "all",
-    ACQUIRE => "acquire",
-);
+/// A command's line in `INFO ratelimit`.
+pub trait Counted {
+    fn counter() -> &'static Counter;
+}
+
+/// One counter for each algorithm's check command (fields named after the
+/// algorithm), and the list `INFO` walks: the algorithms in registry order,
+/// then the other commands that decide requests.
+macro_rules! counters {
+    (
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        others { $($others:tt)* }
+    ) => {
+        $(impl Counted for crate::algorithms::$module::$ty {
+            fn counter() -> &'static Counter {
+                static COUNTER: Counter =
+                    Counter::new(concat_cstr!($name, "_allowed"), concat_cstr!($name, "_denied"));
+                &COUNTER
+            }
+        })*
+
+        fn every() -> [&'static Counter; [$($tag,)*].len() + 3] {
+            [
+                $(<crate::algorithms::$module::$ty as Counted>::counter(),)*
+                &CL_THROTTLE,
+                &ALL,
+                &ACQUIRE,
+            ]
+        }
+    };
+}
+crate::registry!(counters);
+
+pub static CL_THROTTLE: Counter = Counter::new(c"cl_throttle_allowed", c"cl_throttle_denied");
+pub static ALL: Counter = Counter::new(c"all_allowed", c"all_denied");
+pub static ACQUIRE: Counter = Counter::new(c"acquire_allowed", c"acquire_denied");
 
 /// The `INFO` callback: one section, named after the module.
 pub unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
     // SAFETY: `ctx` is the INFO context Redis passes; a null section name
     // means the module's own section.
     unsafe { rm!(RedisModule_InfoAddSection)(ctx, std::ptr::null()) };
-    for counter in EVERY {
+    for counter in every() {
         for (field, value) in [
             (counter.allowed_field, &counter.allowed),
             (counter.denied_field, &counter.denied),

@@ -9,17 +9,7 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::api::{buffer_ptr, rm};
-use super::stats::{self, Counter};
-use crate::algorithms::concurrency::Leases;
-use crate::algorithms::fixed_window::FixedWindow;
-use crate::algorithms::gcra::Gcra;
-use crate::algorithms::leaky_bucket::LeakyBucket;
-use crate::algorithms::sliding_counter::SlidingCounter;
-use crate::algorithms::sliding_log::SlidingLog;
-use crate::algorithms::token_bucket::TokenBucket;
 use crate::algorithms::{Algorithm, Decision, Mode, State};
-use crate::error::CommandError;
-use crate::parse::{self, CheckOptions};
 
 /// The RDB encoding version of every type. The state's own tag byte says
 /// which layout follows; this number changes only if the RDB framing does.
@@ -38,108 +28,79 @@ pub trait Stored: State + 'static {
     fn peek(&self, now_ms: i64) -> Decision;
 }
 
-/// An algorithm with its own check command: how that command is parsed.
-pub trait Checked: Stored + Algorithm {
-    fn parse(args: &[&[u8]]) -> Result<(Self::Params, CheckOptions), CommandError>;
-
-    /// Its command's line in `INFO ratelimit`.
-    fn counter() -> &'static Counter;
+/// An algorithm looks at itself with its own check, in peek mode.
+fn peek_of<A: Algorithm>(state: &A, now_ms: i64) -> Decision {
+    A::check_with(Some(state), state.params(), now_ms, 1, Mode::Peek).0
 }
 
-/// Every algorithm looks at itself with its own check, in peek mode.
-macro_rules! stored_algorithm {
-    ($ty:ty, $redis_type:ident, $parse:path, $counter:ident) => {
-        impl Stored for $ty {
+/// Each registered state's Redis type (a static of its own, named by the
+/// registry), the list of them all, and the dispatch on a state's tag.
+macro_rules! stored_types {
+    (
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal;)* }
+    ) => {
+        $(impl Stored for crate::algorithms::$module::$ty {
             fn redis_type() -> &'static RedisType {
-                &$redis_type
+                static TYPE: RedisType = RedisType::new(
+                    $type_name,
+                    ENCODING_VERSION,
+                    methods::<crate::algorithms::$module::$ty>(),
+                );
+                &TYPE
             }
             fn peek(&self, now_ms: i64) -> Decision {
-                Self::check_with(Some(self), self.params(), now_ms, 1, Mode::Peek).0
+                peek_of(self, now_ms)
+            }
+        })*
+        $(impl Stored for crate::algorithms::$omodule::$oty {
+            fn redis_type() -> &'static RedisType {
+                static TYPE: RedisType = RedisType::new(
+                    $otype_name,
+                    ENCODING_VERSION,
+                    methods::<crate::algorithms::$omodule::$oty>(),
+                );
+                &TYPE
+            }
+            fn peek(&self, now_ms: i64) -> Decision {
+                crate::algorithms::$omodule::$oty::peek(self, now_ms)
+            }
+        })*
+
+        /// Every type the module stores, to create at load time.
+        pub fn every_type() -> [&'static RedisType; [$($tag,)* $($otag,)*].len()] {
+            [
+                $(<crate::algorithms::$module::$ty as Stored>::redis_type(),)*
+                $(<crate::algorithms::$omodule::$oty as Stored>::redis_type(),)*
+            ]
+        }
+
+        /// Calls `visitor` with the stored type whose tag starts `bytes`;
+        /// `None` for a tag no type has.
+        pub fn on_tag<V: StateVisitor>(bytes: &[u8], visitor: V) -> Option<V::Out> {
+            match bytes.first().copied()? {
+                $($tag => Some(visitor.visit::<crate::algorithms::$module::$ty>()),)*
+                $($otag => Some(visitor.visit::<crate::algorithms::$omodule::$oty>()),)*
+                _ => None,
             }
         }
 
-        impl Checked for $ty {
-            fn parse(args: &[&[u8]]) -> Result<(Self::Params, CheckOptions), CommandError> {
-                $parse(args)
-            }
-            fn counter() -> &'static Counter {
-                &stats::$counter
-            }
-        }
-    };
-}
-
-pub static TOKEN_BUCKET_TYPE: RedisType =
-    RedisType::new("rl_tokbkt", ENCODING_VERSION, methods::<TokenBucket>());
-pub static SLIDING_COUNTER_TYPE: RedisType =
-    RedisType::new("rl_slcntr", ENCODING_VERSION, methods::<SlidingCounter>());
-pub static LEAKY_BUCKET_TYPE: RedisType =
-    RedisType::new("rl_leakyb", ENCODING_VERSION, methods::<LeakyBucket>());
-pub static FIXED_WINDOW_TYPE: RedisType =
-    RedisType::new("rl_fixwin", ENCODING_VERSION, methods::<FixedWindow>());
-pub static SLIDING_LOG_TYPE: RedisType =
-    RedisType::new("rl_slolog", ENCODING_VERSION, methods::<SlidingLog>());
-pub static GCRA_TYPE: RedisType = RedisType::new("rl_gcrast", ENCODING_VERSION, methods::<Gcra>());
-pub static LEASES_TYPE: RedisType =
-    RedisType::new("rl_leases", ENCODING_VERSION, methods::<Leases>());
-
-stored_algorithm!(
-    TokenBucket,
-    TOKEN_BUCKET_TYPE,
-    parse::token_bucket,
-    TOKEN_BUCKET
-);
-stored_algorithm!(
-    SlidingCounter,
-    SLIDING_COUNTER_TYPE,
-    parse::sliding_counter,
-    SLIDING_COUNTER
-);
-stored_algorithm!(
-    FixedWindow,
-    FIXED_WINDOW_TYPE,
-    parse::fixed_window,
-    FIXED_WINDOW
-);
-stored_algorithm!(
-    SlidingLog,
-    SLIDING_LOG_TYPE,
-    parse::sliding_log,
-    SLIDING_LOG
-);
-stored_algorithm!(
-    LeakyBucket,
-    LEAKY_BUCKET_TYPE,
-    parse::leaky_bucket,
-    LEAKY_BUCKET
-);
-stored_algorithm!(Gcra, GCRA_TYPE, parse::gcra, GCRA);
-
-impl Stored for Leases {
-    fn redis_type() -> &'static RedisType {
-        &LEASES_TYPE
-    }
-    fn peek(&self, now_ms: i64) -> Decision {
-        Leases::peek(self, now_ms)
-    }
-}
-
-/// Calls `$f::<A>($args)` for the algorithm whose tag starts `$bytes`.
-macro_rules! dispatch_on_tag {
-    ($bytes:expr, $f:ident($($args:expr),*), $otherwise:expr) => {
-        match $bytes.first() {
-            Some(&TokenBucket::TAG) => $f::<TokenBucket>($($args),*),
-            Some(&SlidingCounter::TAG) => $f::<SlidingCounter>($($args),*),
-            Some(&FixedWindow::TAG) => $f::<FixedWindow>($($args),*),
-            Some(&SlidingLog::TAG) => $f::<SlidingLog>($($args),*),
-            Some(&LeakyBucket::TAG) => $f::<LeakyBucket>($($args),*),
-            Some(&Gcra::TAG) => $f::<Gcra>($($args),*),
-            Some(&Leases::TAG) => $f::<Leases>($($args),*),
-            _ => $otherwise,
+        /// Calls `visitor` with each stored type in turn, until one answers.
+        pub fn first_of<V: StateVisitor<Out = Option<R>> + Copy, R>(visitor: V) -> Option<R> {
+            None
+                $(.or_else(|| visitor.visit::<crate::algorithms::$module::$ty>()))*
+                $(.or_else(|| visitor.visit::<crate::algorithms::$omodule::$oty>()))*
         }
     };
 }
-pub(crate) use dispatch_on_tag;
+crate::registry!(stored_types);
+
+/// Something done with one stored type, chosen at run time (by a tag, or by
+/// what a key holds).
+pub trait StateVisitor {
+    type Out;
+    fn visit<A: Stored>(self) -> Self::Out;
+}
 
 const fn methods<A: Stored>() -> raw::RedisModuleTypeMethods {
     raw::RedisModuleTypeMethods {
@@ -196,7 +157,7 @@ unsafe extern "C" fn rdb_load<A: Stored>(
     let refuse = |why: &str| {
         let msg = std::ffi::CString::new(format!(
             "ratelimit: cannot load a {} value: {why}",
-            A::redis_type_name()
+            A::TYPE_NAME
         ))
         .unwrap_or_default();
         // SAFETY: `rdb` is the open stream; the format is "%s" with one C string.
@@ -286,19 +247,5 @@ unsafe extern "C" fn copy<A: Stored>(
     match unsafe { state::<A>(value) } {
         Some(state) => Box::into_raw(Box::new(state.clone())).cast(),
         None => std::ptr::null_mut(),
-    }
-}
-
-/// The name of a type, for log lines.
-trait TypeName {
-    fn redis_type_name() -> &'static str;
-}
-
-impl<A: Stored> TypeName for A {
-    fn redis_type_name() -> &'static str {
-        std::any::type_name::<A>()
-            .rsplit("::")
-            .next()
-            .unwrap_or("ratelimit")
     }
 }

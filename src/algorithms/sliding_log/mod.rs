@@ -42,12 +42,16 @@
 //! makes for each call keeps room for just one more entry, so little capacity
 //! is held unused.
 
-use std::collections::VecDeque;
+mod entries;
 
+use super::fixed_window::limit_and_window;
 use super::{
     Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS,
 };
-use crate::encoding::{ensure, put_i64, put_u32, put_u64, DecodeError, Reader};
+use crate::encoding::{ensure, put_i64, put_u64, DecodeError, Reader};
+use crate::error::CommandError;
+use crate::parse::syntax::{Syntax, Word, LIMIT, WINDOW};
+use entries::{decode_entry, Entry, EntryQueue};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingLogParams {
@@ -57,212 +61,18 @@ pub struct SlidingLogParams {
     pub window_ms: u64,
 }
 
-/// Bits of the gap kept in the head word.
-const GAP_BITS: u32 = 29;
-const GAP_LOW: u32 = (1 << GAP_BITS) - 1;
-/// Head flag: an extension word holds `gap >> GAP_BITS`.
-const GAP_HIGH: u32 = 1 << 29;
-/// Head flag: one extension word holds the count.
-const COUNT32: u32 = 1 << 30;
-/// Head flag: two extension words (low, high) hold the count.
-const COUNT64: u32 = 1 << 31;
+/// `RL.SLIDINGLOG key limit window`.
+impl Syntax for SlidingLogParams {
+    const PARAMS: &'static [Word] = &[LIMIT, WINDOW];
 
-/// One remembered millisecond: `count` allowed `gap` ms after the entry
-/// before it (the oldest entry's gap is 0).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Entry {
-    gap: u64,
-    count: u64,
-}
+    const SUMMARY: &'static str = "Sliding log: exactly at most limit requests in any window, remembering when each allowed request happened. Replies [allowed, limit, remaining, retry_after_ms, reset_after_ms].";
 
-/// An entry's words: its head and up to three extension words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Packed {
-    head: u32,
-    extra: [u32; 3],
-    len: usize,
-}
+    const COMPLEXITY: &'static str =
+        "O(N) where N is the number of requests remembered in the window (at most limit)";
 
-impl Packed {
-    fn push(&mut self, word: u32) {
-        if let Some(slot) = self.extra.get_mut(self.len) {
-            *slot = word;
-            self.len += 1;
-        }
-    }
-
-    fn extra(&self) -> &[u32] {
-        self.extra.get(..self.len).unwrap_or(&[])
-    }
-}
-
-/// The shortest words for `entry`: the only form decoding accepts.
-fn pack(entry: Entry) -> Packed {
-    let mut packed = Packed {
-        head: (entry.gap & u64::from(GAP_LOW)) as u32,
-        extra: [0; 3],
-        len: 0,
-    };
-    let gap_high = entry.gap >> GAP_BITS;
-    if gap_high != 0 {
-        packed.head |= GAP_HIGH;
-        packed.push(u32::try_from(gap_high).unwrap_or(u32::MAX));
-    }
-    match u32::try_from(entry.count) {
-        Ok(0 | 1) => {}
-        Ok(count) => {
-            packed.head |= COUNT32;
-            packed.push(count);
-        }
-        Err(_) => {
-            packed.head |= COUNT64;
-            packed.push(entry.count as u32);
-            packed.push((entry.count >> 32) as u32);
-        }
-    }
-    packed
-}
-
-/// How many extension words follow a head.
-fn extra_len(head: u32) -> usize {
-    let gap = usize::from(head & GAP_HIGH != 0);
-    let count = if head & COUNT64 != 0 {
-        2
-    } else {
-        usize::from(head & COUNT32 != 0)
-    };
-    gap + count
-}
-
-/// The entry of `head`, its extension words taken from `words`; `None` when
-/// words are missing or the head is not one [`pack`] writes.
-fn unpack(head: u32, words: &mut impl Iterator<Item = u32>) -> Option<Entry> {
-    let mut gap = u64::from(head & GAP_LOW);
-    if head & GAP_HIGH != 0 {
-        gap |= u64::from(words.next()?) << GAP_BITS;
-    }
-    let count = match (head & COUNT32 != 0, head & COUNT64 != 0) {
-        (false, false) => 1,
-        (true, false) => u64::from(words.next()?),
-        (false, true) => {
-            let low = words.next()?;
-            let high = words.next()?;
-            u64::from(low) | u64::from(high) << 32
-        }
-        (true, true) => return None,
-    };
-    Some(Entry { gap, count })
-}
-
-/// Makes room for `words` more, growing by an eighth rather than doubling:
-/// still O(1) amortised, and at most about 12% of the capacity left unused;
-/// never beyond `max_len` (the most the queue can ever hold) unless `words`
-/// needs it, so a full log holds no spare room.
-fn reserve(queue: &mut VecDeque<u32>, words: usize, max_len: usize) {
-    if queue.capacity() - queue.len() < words {
-        let room = max_len.saturating_sub(queue.len());
-        queue.reserve_exact((queue.len() / 8 + 4).min(room).max(words));
-    }
-}
-
-/// Gives back capacity once the queue is under a quarter full.
-fn shrink(queue: &mut VecDeque<u32>) {
-    if queue.capacity() >= 64 && queue.len() < queue.capacity() / 4 {
-        queue.shrink_to(queue.len() * 2);
-    }
-}
-
-/// The entries, oldest first, as head words and extension words.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct EntryQueue {
-    /// One word per entry: flags and the low bits of the gap.
-    heads: VecDeque<u32>,
-    /// The extension words of the entries whose heads ask for them, in entry
-    /// order.
-    extra: VecDeque<u32>,
-}
-
-impl Clone for EntryQueue {
-    /// Leaves room for the one entry a check may add, and no more: the Redis
-    /// layer checks on a copy and stores that copy, so without the room every
-    /// allowed request would double the capacity, and with more the stored
-    /// logs would hold it unused.
-    fn clone(&self) -> Self {
-        let mut heads = VecDeque::with_capacity(self.heads.len() + 1);
-        heads.extend(self.heads.iter().copied());
-        let room = if self.extra.is_empty() { 0 } else { 3 };
-        let mut extra = VecDeque::with_capacity(self.extra.len() + room);
-        extra.extend(self.extra.iter().copied());
-        Self { heads, extra }
-    }
-}
-
-impl EntryQueue {
-    fn is_empty(&self) -> bool {
-        self.heads.is_empty()
-    }
-
-    fn len(&self) -> usize {
-        self.heads.len()
-    }
-
-    fn front(&self) -> Option<Entry> {
-        let head = *self.heads.front()?;
-        unpack(head, &mut self.extra.iter().copied())
-    }
-
-    fn iter(&self) -> impl Iterator<Item = Entry> + '_ {
-        let mut words = self.extra.iter().copied();
-        self.heads
-            .iter()
-            .map_while(move |&head| unpack(head, &mut words))
-    }
-
-    /// Appends `entry`; the queue will never hold more than `max_entries`.
-    fn push_back(&mut self, entry: Entry, max_entries: usize) {
-        let packed = pack(entry);
-        reserve(&mut self.heads, 1, max_entries);
-        reserve(&mut self.extra, packed.len, usize::MAX);
-        self.heads.push_back(packed.head);
-        self.extra.extend(packed.extra().iter().copied());
-    }
-
-    fn push_front(&mut self, entry: Entry, max_entries: usize) {
-        let packed = pack(entry);
-        reserve(&mut self.heads, 1, max_entries);
-        reserve(&mut self.extra, packed.len, usize::MAX);
-        for &word in packed.extra().iter().rev() {
-            self.extra.push_front(word);
-        }
-        self.heads.push_front(packed.head);
-    }
-
-    fn pop_front(&mut self) -> Option<Entry> {
-        let head = self.heads.pop_front()?;
-        let extra = &mut self.extra;
-        let mut words = std::iter::from_fn(|| extra.pop_front()).take(extra_len(head));
-        let entry = unpack(head, &mut words);
-        words.for_each(drop);
-        entry
-    }
-
-    fn pop_back(&mut self) -> Option<Entry> {
-        let head = self.heads.pop_back()?;
-        let mut words = [0; 3];
-        let len = extra_len(head).min(words.len());
-        for slot in words.iter_mut().take(len).rev() {
-            *slot = self.extra.pop_back()?;
-        }
-        unpack(head, &mut words.into_iter().take(len))
-    }
-
-    fn shrink(&mut self) {
-        shrink(&mut self.heads);
-        shrink(&mut self.extra);
-    }
-
-    fn heap_bytes(&self) -> usize {
-        (self.heads.capacity() + self.extra.capacity()) * std::mem::size_of::<u32>()
+    fn from_words(words: &[&[u8]]) -> Result<Self, CommandError> {
+        let (limit, window_ms) = limit_and_window(words)?;
+        Ok(Self { limit, window_ms })
     }
 }
 
@@ -517,9 +327,6 @@ impl Algorithm for SlidingLog {
 }
 
 impl State for SlidingLog {
-    const TAG: u8 = 4;
-    const NAME: &'static str = "slidinglog";
-
     fn describe(&self) -> Vec<(&'static str, Field)> {
         vec![
             ("limit", Field::Int(self.params.limit as i64)),
@@ -556,13 +363,7 @@ impl State for SlidingLog {
         put_i64(out, self.updated_ms);
         put_u64(out, self.entries.len() as u64);
         put_i64(out, self.oldest_ms);
-        let mut words = self.entries.extra.iter();
-        for &head in &self.entries.heads {
-            put_u32(out, head);
-            for &word in words.by_ref().take(extra_len(head)) {
-                put_u32(out, word);
-            }
-        }
+        self.entries.encode(out);
     }
 
     fn decode_body(input: &mut Reader<'_>) -> Result<Self, DecodeError> {
@@ -596,23 +397,10 @@ impl State for SlidingLog {
         )?;
         let window = i64::try_from(window_ms).unwrap_or(i64::MAX);
         let mut state = Self::fresh(SlidingLogParams { limit, window_ms }, updated_ms);
-        state.entries.heads.reserve_exact(count);
+        state.entries.reserve_exact(count);
         let mut newest_ms = oldest_ms;
         for i in 0..count {
-            let head = input.u32()?;
-            let mut words = [0; 3];
-            let len = extra_len(head).min(words.len());
-            for slot in words.iter_mut().take(len) {
-                *slot = input.u32()?;
-            }
-            let entry = unpack(head, &mut words.into_iter().take(len))
-                .ok_or(DecodeError("entry flags out of range"))?;
-            let canonical = Packed {
-                head,
-                extra: words,
-                len,
-            };
-            ensure(pack(entry) == canonical, "entry not in its shortest form")?;
+            let entry = decode_entry(input)?;
             ensure(
                 (1..=MAX_AMOUNT).contains(&entry.count),
                 "entry count out of range",
@@ -643,8 +431,7 @@ impl State for SlidingLog {
             state.oldest_ms = oldest_ms;
             state.newest_ms = newest_ms;
         }
-        state.entries.heads.shrink_to_fit();
-        state.entries.extra.shrink_to_fit();
+        state.entries.shrink_to_fit();
         Ok(state)
     }
 }
@@ -652,6 +439,8 @@ impl State for SlidingLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithms::testkit::{call, decode_body, encode_body as encode};
+    use entries::{COUNT32, COUNT64, GAP_HIGH};
     use proptest::prelude::*;
 
     const T0: i64 = 1_700_000_000_000;
@@ -660,32 +449,8 @@ mod tests {
         SlidingLogParams { limit, window_ms }
     }
 
-    /// Runs one command against `state` the way the Redis layer does.
-    fn call(
-        state: &mut Option<SlidingLog>,
-        p: SlidingLogParams,
-        now_ms: i64,
-        cost: u64,
-        mode: Mode,
-    ) -> Decision {
-        let (decision, next) = SlidingLog::check_with(state.as_ref(), p, now_ms, cost, mode);
-        if let Some(next) = next {
-            *state = Some(next);
-        }
-        decision
-    }
-
-    fn encode(state: &SlidingLog) -> Vec<u8> {
-        let mut buf = Vec::new();
-        state.encode_body(&mut buf);
-        buf
-    }
-
     fn decode(buf: &[u8]) -> Result<SlidingLog, DecodeError> {
-        let mut r = Reader::new(buf);
-        let state = SlidingLog::decode_body(&mut r)?;
-        r.finish()?;
-        Ok(state)
+        decode_body(buf)
     }
 
     /// The (time, count) of every entry, oldest first.
@@ -974,7 +739,7 @@ mod tests {
         assert_eq!(entries(&s), expected);
         let state = s.clone().unwrap_or_else(|| SlidingLog::fresh(p, 0));
         // Heads 6 words; extension: 1 (gap), 1 (count 5), 1 + 2 (gap, count).
-        assert_eq!(state.entries.extra.len(), 5);
+        assert_eq!(state.entries.extra_words(), 5);
         assert_eq!(decode(&encode(&state)), Ok(state.clone()));
         // The 30-day gap leaves with the entries before it.
         let d = call(&mut s, p, T0 + 1 + MAX_DURATION_MS as i64, 1, Mode::Take);

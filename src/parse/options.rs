@@ -1,0 +1,264 @@
+//! The words after a command's parameters: the options every check command
+//! takes (`COST n`, `PEEK`), an algorithm's own (`PRECISION n`), and the
+//! concurrency limiter's (`ID id`). Each option at most once, in any order,
+//! in any case.
+
+use super::syntax::{OptionWord, Syntax, MAX_OWN_OPTIONS};
+use super::values::{amount, duration_ms};
+use crate::algorithms::concurrency::{LeaseParams, MAX_ID_BYTES};
+use crate::error::CommandError;
+
+/// The options every check command takes after its parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckOptions {
+    /// How much of the limit this request uses (`COST n`, default 1).
+    pub cost: u64,
+    /// `PEEK`: answer and change nothing.
+    pub peek: bool,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        Self {
+            cost: 1,
+            peek: false,
+        }
+    }
+}
+
+/// `<params> [options]` of a check command, after the key: the parameters
+/// first, then the options, each checked in the order written.
+pub fn check_args<P: Syntax>(args: &[&[u8]]) -> Result<(P, CheckOptions), CommandError> {
+    let (words, rest) = args
+        .split_at_checked(P::PARAMS.len())
+        .ok_or(CommandError::Arity)?;
+    let params = P::from_words(words)?;
+    let mut own = [None; MAX_OWN_OPTIONS];
+    let options = check_options(rest, P::OPTIONS, &mut own)?;
+    Ok((params.with_options(&own), options))
+}
+
+/// Reads the option words: the shared ones into the result, the
+/// algorithm's own (`own`) into `values`, by position.
+pub fn check_options(
+    args: &[&[u8]],
+    own: &[OptionWord],
+    values: &mut [Option<u64>; MAX_OWN_OPTIONS],
+) -> Result<CheckOptions, CommandError> {
+    let mut options = CheckOptions::default();
+    let (mut seen_cost, mut seen_peek) = (false, false);
+    let mut words = args.iter();
+    while let Some(word) = words.next() {
+        if word.eq_ignore_ascii_case(b"COST") {
+            once(&mut seen_cost, "COST")?;
+            options.cost = amount(value_of(words.next(), "COST")?, "COST")?;
+        } else if word.eq_ignore_ascii_case(b"PEEK") {
+            once(&mut seen_peek, "PEEK")?;
+            options.peek = true;
+        } else if let Some((option, slot)) = own_option(word, own, values) {
+            if slot.is_some() {
+                return Err(CommandError::repeated_option(option.token));
+            }
+            *slot = Some((option.parse)(value_of(words.next(), option.token)?)?);
+        } else {
+            return Err(CommandError::unknown_option(word));
+        }
+    }
+    Ok(options)
+}
+
+/// The algorithm's option `word` names, and the slot for its value.
+pub(crate) fn own_option<'o, 'v>(
+    word: &[u8],
+    own: &'o [OptionWord],
+    values: &'v mut [Option<u64>; MAX_OWN_OPTIONS],
+) -> Option<(&'o OptionWord, &'v mut Option<u64>)> {
+    let i = own
+        .iter()
+        .position(|o| word.eq_ignore_ascii_case(o.token.as_bytes()))?;
+    Some((own.get(i)?, values.get_mut(i)?))
+}
+
+/// `RL.ACQUIRE key limit lease [ID id]`, after the key: the parameters and
+/// the id, when the caller chose one.
+pub fn acquire(args: &[&[u8]]) -> Result<(LeaseParams, Option<Vec<u8>>), CommandError> {
+    let [limit, lease, options @ ..] = args else {
+        return Err(CommandError::Arity);
+    };
+    let params = LeaseParams {
+        limit: amount(limit, "limit")?,
+        lease_ms: duration_ms(lease, "lease")?,
+    };
+    let mut id = None;
+    let mut words = options.iter();
+    while let Some(word) = words.next() {
+        if !word.eq_ignore_ascii_case(b"ID") {
+            return Err(CommandError::unknown_option(word));
+        }
+        if id.is_some() {
+            return Err(CommandError::repeated_option("ID"));
+        }
+        id = Some(lease_id(value_of(words.next(), "ID")?)?);
+    }
+    Ok((params, id))
+}
+
+/// A lease id: 1 to 64 bytes.
+pub fn lease_id(id: &[u8]) -> Result<Vec<u8>, CommandError> {
+    if (1..=MAX_ID_BYTES).contains(&id.len()) {
+        Ok(id.to_vec())
+    } else {
+        Err(CommandError::must_be("id", "1 to 64 bytes"))
+    }
+}
+
+fn once(seen: &mut bool, name: &str) -> Result<(), CommandError> {
+    if std::mem::replace(seen, true) {
+        Err(CommandError::repeated_option(name))
+    } else {
+        Ok(())
+    }
+}
+
+/// The value after an option word, or the error saying it is missing.
+pub(crate) fn value_of<'a>(arg: Option<&&'a [u8]>, name: &str) -> Result<&'a [u8], CommandError> {
+    arg.copied()
+        .ok_or_else(|| CommandError::syntax(&format!("{name} needs a value")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithms::sliding_counter::SlidingCounterParams;
+    use crate::algorithms::token_bucket::TokenBucketParams;
+
+    fn text(r: Result<impl std::fmt::Debug, CommandError>) -> String {
+        match r {
+            Ok(v) => format!("ok {v:?}"),
+            Err(e) => e.text().to_string(),
+        }
+    }
+
+    fn shared(args: &[&[u8]]) -> Result<CheckOptions, CommandError> {
+        check_options(args, &[], &mut [None; MAX_OWN_OPTIONS])
+    }
+
+    #[test]
+    fn options_come_in_any_order_and_any_case_once_each() {
+        assert_eq!(
+            shared(&[b"peek", b"Cost", b"5"]),
+            Ok(CheckOptions {
+                cost: 5,
+                peek: true,
+            })
+        );
+        let cases: [(&[&[u8]], &str); 6] = [
+            (&[b"COST"], "ERR syntax error: COST needs a value"),
+            (
+                &[b"COST", b"0"],
+                "ERR COST must be an integer from 1 to 9007199254740991",
+            ),
+            (
+                &[b"PEEK", b"peek"],
+                "ERR syntax error: PEEK given more than once",
+            ),
+            (
+                &[b"COST", b"1", b"COST", b"2"],
+                "ERR syntax error: COST given more than once",
+            ),
+            (&[b"FAST"], "ERR syntax error: unknown option 'FAST'"),
+            (
+                &[b"PRECISION", b"5"],
+                "ERR syntax error: unknown option 'PRECISION'",
+            ),
+        ];
+        for (args, expected) in cases {
+            assert_eq!(text(shared(args)), expected, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn parameters_come_before_options_and_are_all_required() {
+        assert_eq!(
+            check_args::<TokenBucketParams>(&[b"10"]),
+            Err(CommandError::Arity)
+        );
+        assert_eq!(
+            check_args::<TokenBucketParams>(&[b"10", b"0.5", b"PEEK"]).map(|(p, o)| (
+                p.capacity,
+                p.rate_per_s,
+                o.peek
+            )),
+            Ok((10, 0.5, true))
+        );
+        assert_eq!(
+            text(check_args::<TokenBucketParams>(&[b"PEEK", b"10", b"1"])),
+            "ERR capacity must be an integer from 1 to 9007199254740991"
+        );
+        assert_eq!(
+            check_args::<SlidingCounterParams>(&[b"100", b"1m", b"precision", b"60"])
+                .map(|(p, _)| p),
+            Ok(SlidingCounterParams {
+                limit: 100,
+                window_ms: 60_000,
+                precision: 60
+            })
+        );
+        assert_eq!(
+            check_args::<SlidingCounterParams>(&[b"100", b"1m"]).map(|(p, _)| p.precision),
+            Ok(1)
+        );
+    }
+
+    #[test]
+    fn an_algorithms_own_option_is_bounded_and_given_once() {
+        let sc = |args: &[&[u8]]| {
+            let mut words: Vec<&[u8]> = vec![b"100", b"1m"];
+            words.extend_from_slice(args);
+            text(check_args::<SlidingCounterParams>(&words).map(|(p, _)| p.precision))
+        };
+        assert_eq!(sc(&[b"PRECISION", b"60"]), "ok 60");
+        assert_eq!(
+            sc(&[b"precision", b"1001"]),
+            "ERR PRECISION must be an integer from 1 to 1000"
+        );
+        assert_eq!(
+            sc(&[b"PRECISION", b"2", b"PRECISION", b"2"]),
+            "ERR syntax error: PRECISION given more than once"
+        );
+        assert_eq!(
+            sc(&[b"PRECISION"]),
+            "ERR syntax error: PRECISION needs a value"
+        );
+    }
+
+    #[test]
+    fn acquire_takes_limit_lease_and_an_optional_id() {
+        let a = |words: &[&str]| {
+            let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+            text(acquire(&args))
+        };
+        assert_eq!(
+            a(&["3", "30s"]),
+            "ok (LeaseParams { limit: 3, lease_ms: 30000 }, None)"
+        );
+        assert_eq!(
+            a(&["3", "250ms", "id", "w"]),
+            "ok (LeaseParams { limit: 3, lease_ms: 250 }, Some([119]))"
+        );
+        assert_eq!(a(&["3"]), "ERR wrong number of arguments");
+        assert_eq!(a(&["3", "1s", "ID"]), "ERR syntax error: ID needs a value");
+        assert_eq!(
+            a(&["3", "1s", "PEEK"]),
+            "ERR syntax error: unknown option 'PEEK'"
+        );
+        assert_eq!(
+            a(&["3", "1s", "ID", "a", "id", "b"]),
+            "ERR syntax error: ID given more than once"
+        );
+        assert_eq!(
+            a(&["3", "1s", "ID", &"x".repeat(65)]),
+            "ERR id must be 1 to 64 bytes"
+        );
+    }
+}

@@ -1,0 +1,253 @@
+//! Every command of the module, in one table: its name, handler, flags,
+//! keys and documentation side by side, so none can be registered without
+//! its documentation. The check commands' entries are made from the
+//! registry (`crate::algorithms::registry`) and each algorithm's `Syntax`.
+
+mod all;
+mod check;
+mod leases;
+mod state;
+
+use std::ffi::{c_int, CStr, CString};
+
+use super::api::Handler;
+use super::command_info::{
+    arg, double, integer, key, pure_token, string, Arg, ArgKind, Doc, KeyPosition, KeySpec, ACCESS,
+    DELETE, FIRST_RELEASE, OW, RO, RW, UPDATE,
+};
+use crate::parse::syntax::{Kind, Syntax, Word};
+
+pub use check::Checked;
+
+/// A command as Redis registers it, with its documentation.
+pub struct Command {
+    /// The name, lower case (`rl.tokenbucket`).
+    pub name: CString,
+    pub handler: Handler,
+    pub flags: &'static CStr,
+    /// Redis's `first_key, last_key, key_step` (all 0 when the command
+    /// answers keys-position requests itself).
+    pub keys: (c_int, c_int, c_int),
+    pub doc: Doc,
+}
+
+/// Flags of a command that decides a request: it may write the key.
+const CHECK: &CStr = c"write deny-oom fast";
+
+/// A check reads the state, answers from it, and updates it (creating the key
+/// on a first allowed request), like `INCR`.
+const CHECKED: KeySpec = KeySpec {
+    position: KeyPosition::First,
+    flags: RW | ACCESS | UPDATE,
+};
+
+const CHECKED_KEY: Arg =
+    key("The key holding this limit's state (created by the first allowed request).");
+
+// The options every check command takes.
+const COST: Arg = integer(
+    "cost",
+    "How much of the limit this request uses: a whole number from 1 to 2^53-1 (default 1).",
+)
+.after("COST")
+.optional();
+const PEEK: Arg = pure_token(
+    "peek",
+    "PEEK",
+    "Answer what would happen now, and change nothing: no key created, no state or TTL changed, nothing replicated.",
+);
+
+/// A command whose one key is its first argument.
+fn one_key(name: &str, handler: Handler, flags: &'static CStr, doc: Doc) -> Command {
+    Command {
+        name: CString::new(name).unwrap_or_default(),
+        handler,
+        flags,
+        keys: (1, 1, 1),
+        doc,
+    }
+}
+
+/// A word of an algorithm's syntax, as `COMMAND DOCS` shows it.
+fn documented(word: &Word) -> Arg {
+    match word.kind {
+        Kind::Integer => integer(word.name, word.summary),
+        Kind::Decimal => double(word.name, word.summary),
+        Kind::Duration => string(word.name, word.summary),
+    }
+}
+
+/// `RL.<NAME> key <params> [<own options>] [COST n] [PEEK]`.
+fn check_command<A: Checked>() -> Command {
+    let syntax = <A::Params as Syntax>::PARAMS.iter().map(documented);
+    let own = <A::Params as Syntax>::OPTIONS
+        .iter()
+        .map(|o| documented(&o.value).after(o.token).optional());
+    let mut args = vec![CHECKED_KEY];
+    args.extend(syntax);
+    args.extend(own);
+    args.extend([COST, PEEK]);
+    one_key(
+        &format!("rl.{}", A::NAME),
+        check::check_command::<A>,
+        CHECK,
+        Doc {
+            summary: <A::Params as Syntax>::SUMMARY,
+            since: FIRST_RELEASE,
+            complexity: <A::Params as Syntax>::COMPLEXITY,
+            keys: CHECKED,
+            args,
+        },
+    )
+}
+
+macro_rules! check_commands {
+    (
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        others { $($others:tt)* }
+    ) => {
+        /// One check command per algorithm, in registry order.
+        fn check_commands() -> Vec<Command> {
+            vec![$(check_command::<crate::algorithms::$module::$ty>(),)*]
+        }
+
+        /// The algorithms' names for `RL.ALL`'s documentation.
+        const ALGORITHM_WORDS: &str = concat!($($name, " "),*);
+    };
+}
+crate::registry!(check_commands);
+
+/// Every command of the module, documented.
+pub fn table() -> Vec<Command> {
+    let mut table = check_commands();
+    table.extend([
+        one_key(
+            "cl.throttle",
+            check::cl_throttle_command,
+            CHECK,
+            Doc {
+                summary: "redis-cell's command on GCRA state: its arguments and its reply [limited, limit, remaining, retry_after_s, reset_after_s] (seconds rounded up; retry_after_s -1 when allowed).",
+                since: FIRST_RELEASE,
+                complexity: "O(1)",
+                keys: CHECKED,
+                args: vec![
+                    CHECKED_KEY,
+                    integer("max_burst", "Requests allowed at once beyond the steady rate (the limit is max_burst + 1): a whole number from 0."),
+                    integer("count", "Requests allowed per period: a whole number from 1."),
+                    integer("period", "The period, in whole seconds, from 1."),
+                    integer("quantity", "How much of the limit this request uses (default 1; 0 looks without taking).").optional(),
+                ],
+            },
+        ),
+        one_key(
+            "rl.setstate",
+            state::set_state_command,
+            CHECK,
+            Doc {
+                summary: "Sets a key to a rate-limit state as this module encodes it: what replicas and the AOF receive in place of a check.",
+                since: FIRST_RELEASE,
+                complexity: "O(N) where N is the size of the state",
+                keys: KeySpec {
+                    position: KeyPosition::First,
+                    flags: OW | UPDATE,
+                },
+                args: vec![
+                    key("The key to set."),
+                    string("state", "The state bytes, as this module writes them to replicas and the AOF."),
+                ],
+            },
+        ),
+        one_key(
+            "rl.acquire",
+            leases::acquire_command,
+            CHECK,
+            Doc {
+                summary: "Concurrency limit: takes one of limit slots for at most lease (a crashed client's slot comes back when its lease ends). Replies [acquired, limit, remaining, retry_after_ms, reset_after_ms, id], id nil when refused.",
+                since: FIRST_RELEASE,
+                complexity: "O(N) where N is the number of leases held on the key",
+                keys: CHECKED,
+                args: vec![
+                    CHECKED_KEY,
+                    integer("limit", "The most slots held at once: a whole number from 1 to 2^53-1."),
+                    string("lease", "How long the slot is held at most: a decimal with an optional unit ms, s, m, h or d (seconds when none), from 1ms to 366d."),
+                    string("id", "The lease's id, 1 to 64 bytes (default: 32 random hex characters); an id holding a live lease renews it without taking a second slot.")
+                        .after("ID")
+                        .optional(),
+                ],
+            },
+        ),
+        one_key(
+            "rl.release",
+            leases::release_command,
+            c"write fast",
+            Doc {
+                summary: "Gives back a slot taken by RL.ACQUIRE (releasing the last one deletes the key). Replies 1 if that id held a live lease, 0 if not.",
+                since: FIRST_RELEASE,
+                complexity: "O(N) where N is the number of leases held on the key",
+                keys: KeySpec {
+                    position: KeyPosition::First,
+                    flags: RW | DELETE,
+                },
+                args: vec![
+                    key("The key RL.ACQUIRE took the slot from."),
+                    string("id", "The lease's id, as RL.ACQUIRE replied it."),
+                ],
+            },
+        ),
+        one_key(
+            "rl.info",
+            state::info_command,
+            c"readonly fast",
+            Doc {
+                summary: "What a rate-limit key holds, for a person: its algorithm, its parameters as last used, its state, remaining and reset_after_ms for a request of 1 now, and its TTL, as field/value pairs (nil for a missing key). Changes nothing.",
+                since: FIRST_RELEASE,
+                complexity: "O(N) where N is the size of the key's state",
+                keys: KeySpec {
+                    position: KeyPosition::First,
+                    flags: RO | ACCESS,
+                },
+                args: vec![key("The key to describe.")],
+            },
+        ),
+        // Its keys are counted by `numkeys`: Redis asks the command itself
+        // where they are (getkeys-api), for cluster routing and COMMAND GETKEYS.
+        Command {
+            name: CString::from(c"rl.all"),
+            handler: all::all_command,
+            flags: c"write deny-oom getkeys-api",
+            keys: (0, 0, 0),
+            doc: Doc {
+                summary: "Checks several limits at once, all or nothing: one algorithm spec per key, all decided at the same instant; a request any tier denies takes from none. Replies the five integers combined (allowed only if every tier allows), then each tier's own reply.",
+                since: FIRST_RELEASE,
+                complexity: "O(N) where N is the number of keys, each tier at its own command's complexity",
+                keys: KeySpec {
+                    position: KeyPosition::CountedAfterNumkeys,
+                    flags: RW | ACCESS | UPDATE,
+                },
+                args: vec![
+                    integer("numkeys", "How many keys follow, and so how many specs."),
+                    key("One key per tier, in the order of the specs.").multiple(),
+                    arg("spec", ArgKind::String, spec_summary()).multiple(),
+                    COST,
+                    PEEK,
+                ],
+            },
+        },
+    ]);
+    table
+}
+
+/// `RL.ALL`'s spec argument, naming every algorithm of the registry.
+fn spec_summary() -> &'static str {
+    static SUMMARY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SUMMARY.get_or_init(|| {
+        let names: Vec<String> = ALGORITHM_WORDS
+            .split_whitespace()
+            .map(str::to_ascii_uppercase)
+            .collect();
+        format!(
+            "One per key, in key order: a check command's name without RL. ({}) followed by that command's parameters (a sliding counter's PRECISION n goes in its own spec), e.g. TOKENBUCKET 10 1.",
+            names.join(", ")
+        )
+    })
+}
