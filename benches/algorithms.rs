@@ -118,7 +118,10 @@ const CASES: &[(&str, &[&str], i64)] = &[
 /// must have.
 fn case_of<A: Algorithm>() -> Case<A> {
     let Some(&(name, args, step_ms)) = CASES.iter().find(|(name, ..)| *name == A::NAME) else {
-        panic!("benches/algorithms.rs has no case for the algorithm {}", A::NAME);
+        panic!(
+            "benches/algorithms.rs has no case for the algorithm {}",
+            A::NAME
+        );
     };
     let (params, _) = check_args::<A::Params>(&words(args)).unwrap();
     Case {
@@ -158,7 +161,11 @@ fn per_call(c: &mut Criterion) {
     let mut group = c.benchmark_group("per_call");
     let args = words(&["100", "10"]);
     group.bench_function("parse_token_bucket", |b| {
-        b.iter(|| black_box(check_args::<<TokenBucket as Algorithm>::Params>(black_box(&args))))
+        b.iter(|| {
+            black_box(check_args::<<TokenBucket as Algorithm>::Params>(black_box(
+                &args,
+            )))
+        })
     });
     let (params, _) = check_args(&args).unwrap();
     let (bucket, _) = steady(&Case::<TokenBucket> {

@@ -47,6 +47,14 @@ impl CommandError {
         ))
     }
 
+    /// A replay (`RL.APPLY`, `RL.APPLYALL`) sent by a client: only a
+    /// primary or an AOF file may send them.
+    pub fn internal_command() -> Self {
+        Reply(Cow::Borrowed(
+            "ERR this command is how replicas and AOF files receive changes; only a primary or an AOF file may send it",
+        ))
+    }
+
     /// A state given to `RL.SETSTATE` that this module could not have written.
     pub fn invalid_state(reason: &str) -> Self {
         Reply(format!("ERR state must be a state written by this module ({reason})").into())

@@ -23,6 +23,8 @@ pub mod parse;
 mod redis;
 #[deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
 pub mod redis_cell;
+#[deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
+pub mod replay;
 
 #[cfg(not(test))]
 use redis::init;

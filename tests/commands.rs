@@ -27,8 +27,10 @@ fn token_bucket_allows_a_burst_of_capacity_then_denies_with_retry_after() {
         denied
     );
     assert!((9000..=10_000).contains(&denied[4]), "reset {:?}", denied);
+    // The expiry: when the bucket is full again, or up to the default
+    // expiry slack (1 s) after.
     let ttl = pttl(&mut con, "user:1");
-    assert!((8900..=10_000).contains(&ttl), "ttl {ttl}");
+    assert!((8900..=11_000).contains(&ttl), "ttl {ttl}");
 }
 
 #[test]
@@ -437,8 +439,9 @@ fn setstate_sets_an_absolute_state_and_its_expiry() {
         .query(&mut con)
         .unwrap();
     assert_eq!(ok, "OK");
+    // Full again 6 s later; the expiry within the default slack (1 s) after.
     let ttl = pttl(&mut con, "s");
-    assert!((5000..=6000).contains(&ttl), "ttl {ttl}");
+    assert!((5000..=7000).contains(&ttl), "ttl {ttl}");
     let r = check(&mut con, &["RL.TOKENBUCKET", "s", "10", "1", "PEEK"]);
     assert_eq!(&r[..3], &[1, 10, 4]);
 }

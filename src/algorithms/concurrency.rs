@@ -14,14 +14,27 @@
 //! enough have ended; a new lease length applies to leases taken or renewed
 //! from then on.
 //!
-//! Work is linear in the number of leases held (at most `limit`), which is
-//! the number of requests in flight: small in practice.
+//! Up to [`FEW`] leases are kept in one vector ordered by end time, which
+//! takes the least memory and is quick to walk at that size. Beyond that
+//! they are indexed twice, by id and by end, so that taking, renewing or
+//! releasing one costs O(log n) in the number held (a key may hold a
+//! hundred thousand). Either way the leases are in the same order, earliest
+//! end first (ties by id), so a state's encoding does not depend on which of
+//! the two a server happens to hold. A check that writes first drops the
+//! leases that ended; a denial, which writes nothing, walks past them (the
+//! ones that ended since the last write).
+
+use std::collections::{BTreeSet, HashMap};
+use std::rc::Rc;
 
 use super::{Decision, Field, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS};
 use crate::encoding::{ensure, put_i64, put_u64, DecodeError, Reader};
 
 /// The longest lease id accepted, in bytes.
 pub const MAX_ID_BYTES: usize = 64;
+
+/// The most leases kept in the plain vector; more are indexed.
+const FEW: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseParams {
@@ -31,19 +44,149 @@ pub struct LeaseParams {
     pub lease_ms: u64,
 }
 
+/// A lease id, shared by the two indexes of a large book.
+type Id = Rc<[u8]>;
+
+/// The leases, earliest end first (ties by id).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
-    pub id: Box<[u8]>,
-    /// When the lease ends by itself (Unix ms).
-    pub ends_ms: i64,
+enum Book {
+    /// Up to [`FEW`]: `(ends_ms, id)`, sorted.
+    Few(Vec<(i64, Box<[u8]>)>),
+    /// More: by id, and the same leases sorted by `(ends_ms, id)`.
+    Many {
+        ends_by_id: HashMap<Id, i64>,
+        by_end: BTreeSet<(i64, Id)>,
+    },
+}
+
+impl Book {
+    fn len(&self) -> usize {
+        match self {
+            Book::Few(leases) => leases.len(),
+            Book::Many { by_end, .. } => by_end.len(),
+        }
+    }
+
+    /// Every lease as `(ends_ms, id)`, earliest end first.
+    fn iter(&self) -> Box<dyn DoubleEndedIterator<Item = (i64, &[u8])> + '_> {
+        match self {
+            Book::Few(leases) => Box::new(leases.iter().map(|(end, id)| (*end, &**id))),
+            Book::Many { by_end, .. } => Box::new(by_end.iter().map(|(end, id)| (*end, &**id))),
+        }
+    }
+
+    /// When `id`'s lease ends, if it holds one.
+    fn end_of(&self, id: &[u8]) -> Option<i64> {
+        match self {
+            Book::Few(leases) => leases.iter().find(|(_, i)| **i == *id).map(|(end, _)| *end),
+            Book::Many { ends_by_id, .. } => ends_by_id.get(id).copied(),
+        }
+    }
+
+    /// The first lease ending after `now_ms`, and the last lease.
+    fn live_ends(&self, now_ms: i64) -> (Option<i64>, Option<i64>) {
+        let last = self
+            .iter()
+            .next_back()
+            .map(|(end, _)| end)
+            .filter(|&e| e > now_ms);
+        let first = match self {
+            Book::Few(leases) => leases.iter().map(|(end, _)| *end).find(|&e| e > now_ms),
+            Book::Many { by_end, .. } => by_end
+                .range((now_ms.saturating_add(1), Id::from(&[][..]))..)
+                .next()
+                .map(|(end, _)| *end),
+        };
+        (first, last)
+    }
+
+    /// Leases live at `now_ms`: all but those that ended.
+    fn live_count(&self, now_ms: i64) -> u64 {
+        let ended = self.iter().take_while(|(end, _)| *end <= now_ms).count();
+        (self.len() - ended) as u64
+    }
+
+    /// Drops the leases that ended by `now_ms`, and `id`'s.
+    fn drop_ended_and(&mut self, now_ms: i64, id: &[u8]) {
+        match self {
+            Book::Few(leases) => leases.retain(|(end, i)| *end > now_ms && **i != *id),
+            Book::Many { ends_by_id, by_end } => {
+                while let Some((end, id)) = by_end.first().cloned() {
+                    if end > now_ms {
+                        break;
+                    }
+                    by_end.pop_first();
+                    ends_by_id.remove(&id);
+                }
+                if let Some((id, end)) = ends_by_id.remove_entry(id) {
+                    by_end.remove(&(end, id));
+                }
+            }
+        }
+        self.resize();
+    }
+
+    /// Adds a lease for an id that holds none.
+    fn insert(&mut self, ends_ms: i64, id: &[u8]) {
+        match self {
+            Book::Few(leases) => {
+                let at = leases.partition_point(|(end, i)| (*end, &**i) < (ends_ms, id));
+                leases.insert(at, (ends_ms, id.into()));
+            }
+            Book::Many { ends_by_id, by_end } => {
+                let id = Id::from(id);
+                ends_by_id.insert(id.clone(), ends_ms);
+                by_end.insert((ends_ms, id));
+            }
+        }
+        self.resize();
+    }
+
+    /// Indexes a book grown beyond [`FEW`]; goes back to the vector once it
+    /// holds a quarter of that.
+    fn resize(&mut self) {
+        let len = self.len();
+        match self {
+            Book::Few(leases) if len > FEW => {
+                let by_end: BTreeSet<(i64, Id)> = leases
+                    .drain(..)
+                    .map(|(end, id)| (end, Id::from(id)))
+                    .collect();
+                let ends_by_id = by_end.iter().map(|(end, id)| (id.clone(), *end)).collect();
+                *self = Book::Many { ends_by_id, by_end };
+            }
+            Book::Many { by_end, .. } if len <= FEW / 4 => {
+                let leases = std::mem::take(by_end)
+                    .into_iter()
+                    .map(|(end, id)| (end, Box::<[u8]>::from(&*id)))
+                    .collect();
+                *self = Book::Few(leases);
+            }
+            _ => {}
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        let ids: usize = self.iter().map(|(_, id)| id.len()).sum();
+        let lease = std::mem::size_of::<(i64, Id)>();
+        ids + match self {
+            Book::Few(leases) => leases.capacity() * lease,
+            // The hash table's slots (a control byte each), the B-tree's
+            // entries in nodes about two thirds full.
+            Book::Many { ends_by_id, by_end } => {
+                by_end.len() * 2 * std::mem::size_of::<usize>()
+                    + ends_by_id.capacity() * (std::mem::size_of::<(Id, i64)>() + 1)
+                    + by_end.len() * lease * 3 / 2
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leases {
     params: LeaseParams,
-    /// The leases, in the order they were taken or renewed, so their ends
-    /// are in ascending order when the lease length never changed.
-    leases: Vec<Lease>,
+    /// Every lease not dropped yet, ended or not.
+    book: Book,
     /// The latest time seen (Unix ms): an earlier clock reading is treated
     /// as this one.
     updated_ms: i64,
@@ -54,7 +197,7 @@ impl Leases {
     pub fn new(params: LeaseParams, now_ms: i64) -> Self {
         Self {
             params,
-            leases: Vec::new(),
+            book: Book::Few(Vec::new()),
             updated_ms: now_ms,
         }
     }
@@ -65,27 +208,27 @@ impl Leases {
 
     /// Whether no lease is held any more (the key can go).
     pub fn is_empty(&self) -> bool {
-        self.leases.is_empty()
+        self.book.len() == 0
     }
 
-    fn live(&self, now_ms: i64) -> impl Iterator<Item = &Lease> {
-        self.leases.iter().filter(move |l| l.ends_ms > now_ms)
+    /// Leases held, ended or not (not dropped yet).
+    pub fn len(&self) -> usize {
+        self.book.len()
     }
 
-    fn live_count(&self, now_ms: i64) -> u64 {
-        self.live(now_ms).count() as u64
+    /// Whether `id` holds a live lease at `now_ms`.
+    fn holds(&self, id: &[u8], now_ms: i64) -> bool {
+        self.book.end_of(id).is_some_and(|end| end > now_ms)
     }
 
     /// What the key looks like at `now_ms`, under `limit`, for a request
     /// that was `allowed`.
     fn decision(&self, limit: u64, now_ms: i64, allowed: bool) -> Decision {
-        let live = self.live_count(now_ms);
-        let last_end = self.live(now_ms).map(|l| l.ends_ms).max();
-        let first_end = self.live(now_ms).map(|l| l.ends_ms).min();
+        let (first_end, last_end) = self.book.live_ends(now_ms);
         Decision {
             allowed,
             limit,
-            remaining: limit.saturating_sub(live),
+            remaining: limit.saturating_sub(self.book.live_count(now_ms)),
             retry_after_ms: if allowed {
                 0
             } else {
@@ -101,18 +244,15 @@ impl Leases {
     /// changed; a denial changes nothing.
     pub fn acquire(&mut self, params: LeaseParams, now_ms: i64, id: &[u8]) -> (Decision, bool) {
         let now_ms = now_ms.max(self.updated_ms);
-        let ends_ms = now_ms.saturating_add(params.lease_ms as i64);
-        let held = self.live(now_ms).any(|l| *l.id == *id);
-        if !held && self.live_count(now_ms) >= params.limit {
+        let held = self.holds(id, now_ms);
+        if !held && self.book.live_count(now_ms) >= params.limit {
             return (self.decision(params.limit, now_ms, false), false);
         }
         self.params = params;
         self.updated_ms = now_ms;
-        self.leases.retain(|l| l.ends_ms > now_ms && *l.id != *id);
-        self.leases.push(Lease {
-            id: id.into(),
-            ends_ms,
-        });
+        self.book.drop_ended_and(now_ms, id);
+        self.book
+            .insert(now_ms.saturating_add(params.lease_ms as i64), id);
         (self.decision(params.limit, now_ms, true), true)
     }
 
@@ -120,28 +260,30 @@ impl Leases {
     /// when there was not, nothing changes.
     pub fn release(&mut self, now_ms: i64, id: &[u8]) -> bool {
         let now_ms = now_ms.max(self.updated_ms);
-        if !self.live(now_ms).any(|l| *l.id == *id) {
+        if !self.holds(id, now_ms) {
             return false;
         }
         self.updated_ms = now_ms;
-        self.leases.retain(|l| l.ends_ms > now_ms && *l.id != *id);
+        self.book.drop_ended_and(now_ms, id);
         true
     }
 
     /// The key as seen at `now_ms`, changing nothing (for RL.INFO).
     pub fn peek(&self, now_ms: i64) -> Decision {
         let now_ms = now_ms.max(self.updated_ms);
-        let allowed = self.live_count(now_ms) < self.params.limit;
+        let allowed = self.book.live_count(now_ms) < self.params.limit;
         self.decision(self.params.limit, now_ms, allowed)
     }
 }
 
 impl State for Leases {
+    /// The leases as `[id, ends_ms]` pairs, earliest end first: linear in
+    /// the leases held, so `RL.INFO` of a key holding many is as long.
     fn describe(&self) -> Vec<(&'static str, Field)> {
         let leases = self
-            .leases
+            .book
             .iter()
-            .map(|l| Field::List(vec![Field::Text(l.id.to_vec()), Field::Int(l.ends_ms)]))
+            .map(|(end, id)| Field::List(vec![Field::Text(id.to_vec()), Field::Int(end)]))
             .collect();
         vec![
             ("limit", Field::Int(self.params.limit as i64)),
@@ -153,27 +295,28 @@ impl State for Leases {
 
     /// When the last lease ends.
     fn fresh_at_ms(&self) -> i64 {
-        self.leases
+        self.book
             .iter()
-            .map(|l| l.ends_ms)
-            .max()
-            .unwrap_or(self.updated_ms)
+            .next_back()
+            .map_or(self.updated_ms, |(end, _)| end)
     }
 
     fn heap_bytes(&self) -> usize {
-        self.leases.capacity() * std::mem::size_of::<Lease>()
-            + self.leases.iter().map(|l| l.id.len()).sum::<usize>()
+        self.book.heap_bytes()
     }
 
+    /// `limit`, `lease_ms`, `updated_ms`, the number of leases, then each
+    /// lease, earliest end first (ties by id): `ends_ms` i64, the id's length
+    /// (a byte), the id.
     fn encode_body(&self, out: &mut Vec<u8>) {
         put_u64(out, self.params.limit);
         put_u64(out, self.params.lease_ms);
         put_i64(out, self.updated_ms);
-        put_u64(out, self.leases.len() as u64);
-        for lease in &self.leases {
-            put_i64(out, lease.ends_ms);
-            out.push(lease.id.len() as u8);
-            out.extend_from_slice(&lease.id);
+        put_u64(out, self.book.len() as u64);
+        for (end, id) in self.book.iter() {
+            put_i64(out, end);
+            out.push(id.len() as u8);
+            out.extend_from_slice(id);
         }
     }
 
@@ -197,7 +340,7 @@ impl State for Leases {
             count <= (input.remaining() / 10) as u64,
             "lease count larger than the data",
         )?;
-        let mut leases = Vec::with_capacity(count as usize);
+        let mut leases: Vec<(i64, Box<[u8]>)> = Vec::with_capacity(count as usize);
         for _ in 0..count {
             let ends_ms = input.i64()?;
             let len = usize::from(input.u8()?);
@@ -212,22 +355,23 @@ impl State for Leases {
                 (0..=MAX_TIMESTAMP_MS + MAX_DURATION_MS as i64).contains(&ends_ms),
                 "lease end out of range",
             )?;
-            leases.push(Lease {
-                id: id.into(),
-                ends_ms,
-            });
+            leases.push((ends_ms, id.into()));
         }
-        // Ids are unique: checked by sorting, so a large state (from a file
-        // or RL.SETSTATE) costs n log n, not n squared.
-        let mut ids: Vec<&[u8]> = leases.iter().map(|l| &*l.id).collect();
+        // Any order is read (older versions wrote leases as they were
+        // taken); ids are unique, checked by sorting them, so a large state
+        // costs n log n, not n squared.
+        let mut ids: Vec<&[u8]> = leases.iter().map(|(_, id)| &**id).collect();
         ids.sort_unstable();
         ensure(
             ids.windows(2).all(|pair| !matches!(pair, [a, b] if a == b)),
             "lease id repeated",
         )?;
+        leases.sort_unstable();
+        let mut book = Book::Few(leases);
+        book.resize();
         Ok(Self {
             params: LeaseParams { limit, lease_ms },
-            leases,
+            book,
             updated_ms,
         })
     }
@@ -312,7 +456,7 @@ mod tests {
         s.acquire(p, T0 + 50, b"b");
         assert_eq!(s.peek(T0 + 120).remaining, 1);
         s.acquire(p, T0 + 120, b"c");
-        assert_eq!(s.leases.len(), 2, "a was dropped");
+        assert_eq!(s.len(), 2, "a was dropped");
     }
 
     #[test]
@@ -323,7 +467,7 @@ mod tests {
         }
         let (d, _) = s.acquire(params(1, 1000), T0 + 1, b"d");
         assert_eq!(summary(d), (false, 0, 999, 999));
-        assert_eq!(s.leases.len(), 3);
+        assert_eq!(s.len(), 3);
     }
 
     #[test]
@@ -373,23 +517,128 @@ mod tests {
         let mut huge_count = bytes.clone();
         huge_count[25..33].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(Leases::decode(&huge_count).is_err());
-        let mut repeated = Leases::new(p, T0);
-        repeated.leases = vec![
-            Lease {
-                id: b"x"[..].into(),
-                ends_ms: T0,
-            },
-            Lease {
-                id: b"x"[..].into(),
-                ends_ms: T0,
-            },
-        ];
-        assert!(Leases::decode(&encoded(&repeated)).is_err());
-        let mut empty_id = repeated.clone();
-        empty_id.leases = vec![Lease {
-            id: Box::new([]),
-            ends_ms: T0,
-        }];
-        assert!(Leases::decode(&encoded(&empty_id)).is_err());
+        // Hand-written: the state itself cannot hold these.
+        let lease_state = |leases: &[(i64, &[u8])]| {
+            let mut out = vec![<Leases as crate::algorithms::Registered>::TAG];
+            put_u64(&mut out, 10);
+            put_u64(&mut out, 1000);
+            put_i64(&mut out, T0);
+            put_u64(&mut out, leases.len() as u64);
+            for (end, id) in leases {
+                put_i64(&mut out, *end);
+                out.push(id.len() as u8);
+                out.extend_from_slice(id);
+            }
+            out
+        };
+        assert!(Leases::decode(&lease_state(&[(T0 + 5, b"x")])).is_ok());
+        assert!(Leases::decode(&lease_state(&[(T0, b"x"), (T0 + 5, b"x")])).is_err());
+        let empty_id = lease_state(&[(T0, b"")]);
+        assert!(Leases::decode(&empty_id).is_err());
+    }
+
+    /// The leases as a naive model keeps them: id -> end, every question
+    /// answered by a full walk.
+    #[derive(Default)]
+    struct Model {
+        ends: std::collections::BTreeMap<Vec<u8>, i64>,
+        updated_ms: i64,
+    }
+
+    impl Model {
+        fn live(&self, now: i64) -> impl Iterator<Item = i64> + '_ {
+            self.ends.values().copied().filter(move |&end| end > now)
+        }
+
+        fn decision(&self, limit: u64, now: i64, allowed: bool) -> (bool, u64, i64, i64) {
+            let live = self.live(now).count() as u64;
+            let first = self.live(now).min();
+            let last = self.live(now).max();
+            (
+                allowed,
+                limit.saturating_sub(live),
+                if allowed {
+                    0
+                } else {
+                    first.map_or(0, |e| e - now)
+                },
+                last.map_or(0, |e| e - now),
+            )
+        }
+
+        fn acquire(&mut self, p: LeaseParams, now: i64, id: &[u8]) -> (bool, u64, i64, i64) {
+            let now = now.max(self.updated_ms);
+            let held = self.ends.get(id).is_some_and(|&e| e > now);
+            if !held && self.live(now).count() as u64 >= p.limit {
+                return self.decision(p.limit, now, false);
+            }
+            self.updated_ms = now;
+            self.ends.retain(|_, e| *e > now);
+            self.ends.insert(id.to_vec(), now + p.lease_ms as i64);
+            self.decision(p.limit, now, true)
+        }
+
+        fn release(&mut self, now: i64, id: &[u8]) -> bool {
+            let now = now.max(self.updated_ms);
+            if self.ends.get(id).is_none_or(|&e| e <= now) {
+                return false;
+            }
+            self.updated_ms = now;
+            self.ends.retain(|i, e| *e > now && **i != *id);
+            true
+        }
+
+        /// The leases in encoding order: earliest end first, ties by id.
+        fn sorted(&self) -> Vec<(i64, Vec<u8>)> {
+            let mut all: Vec<_> = self.ends.iter().map(|(i, e)| (*e, i.clone())).collect();
+            all.sort();
+            all
+        }
+    }
+
+    proptest::proptest! {
+        /// Below and above the size where the leases get indexed, and back,
+        /// every answer and every encoding is the naive model's.
+        #[test]
+        fn leases_answer_as_a_naive_model_at_any_size(
+            ops in proptest::collection::vec(
+                (0i64..60, 0u8..120, proptest::bool::weighted(0.3), 1u64..200, 50u64..2000),
+                1..400,
+            ),
+        ) {
+            let mut model = Model::default();
+            let mut s = Leases::new(params(1, 1), T0);
+            model.updated_ms = T0;
+            let mut now = T0;
+            for (step, who, release, limit, lease_ms) in ops {
+                now += step;
+                let id = format!("w{who}");
+                if release {
+                    proptest::prop_assert_eq!(s.release(now, id.as_bytes()), model.release(now, id.as_bytes()));
+                } else {
+                    let p = params(limit, lease_ms);
+                    let (d, _) = s.acquire(p, now, id.as_bytes());
+                    proptest::prop_assert_eq!(summary(d), model.acquire(p, now, id.as_bytes()));
+                }
+                let held: Vec<(i64, Vec<u8>)> = s.book.iter().map(|(e, i)| (e, i.to_vec())).collect();
+                proptest::prop_assert_eq!(&held, &model.sorted());
+                proptest::prop_assert_eq!(Leases::decode(&encoded(&s)).map(|d| encoded(&d)), Ok(encoded(&s)));
+            }
+        }
+    }
+
+    #[test]
+    fn a_large_book_is_indexed_and_a_small_one_is_not() {
+        let p = params(1000, 60_000);
+        let mut s = Leases::new(p, T0);
+        for i in 0..FEW + 1 {
+            s.acquire(p, T0, format!("w{i:03}").as_bytes());
+        }
+        assert!(matches!(s.book, Book::Many { .. }));
+        for i in 0..FEW + 1 - FEW / 4 {
+            assert!(s.release(T0 + 1, format!("w{i:03}").as_bytes()));
+        }
+        assert!(matches!(s.book, Book::Few(_)));
+        assert_eq!(s.len(), FEW / 4);
     }
 }

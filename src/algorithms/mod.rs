@@ -229,10 +229,21 @@ pub trait Algorithm: State {
         None
     }
 
+    /// For algorithms whose state is costly to copy (the sliding log): what
+    /// [`Algorithm::check`] at `now_ms` (already clamped) would answer for a
+    /// request that is not taken (a peek, or a denial), without changing or
+    /// copying anything. `None`, the default, means the algorithm does not
+    /// offer this. When the answer allows a request of [`Mode::Take`], the
+    /// caller must not use it, but check and take.
+    fn decide_in_place(&self, _now_ms: i64, _cost: u64) -> Option<Decision> {
+        None
+    }
+
     /// [`Algorithm::check_with`] for a state already stored, updating it in
     /// place. Returns the decision and whether the state changed (a request
     /// was taken). When the algorithm can tell up front that the request will
-    /// be taken, the check runs on the state itself, without a copy.
+    /// be taken, the check runs on the state itself, without a copy; when it
+    /// can answer a request that will not be taken in place, it does.
     fn check_stored(
         &mut self,
         params: Self::Params,
@@ -240,10 +251,15 @@ pub trait Algorithm: State {
         cost: u64,
         mode: Mode,
     ) -> (Decision, bool) {
-        if mode == Mode::Take && self.params() == params {
+        if self.params() == params {
             let now_ms = now_ms.max(self.last_seen_ms());
-            if self.allows_in_place(now_ms, cost) == Some(true) {
+            if mode == Mode::Take && self.allows_in_place(now_ms, cost) == Some(true) {
                 return (self.check(now_ms, cost, Mode::Take), true);
+            }
+            if let Some(decision) = self.decide_in_place(now_ms, cost) {
+                if !(decision.allowed && mode == Mode::Take) {
+                    return (decision, false);
+                }
             }
         }
         match Self::check_with(Some(self), params, now_ms, cost, mode) {

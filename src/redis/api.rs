@@ -95,6 +95,11 @@ required!(
     RedisModule_RegisterBoolConfig,
     RedisModule_LoadConfigs,
     RedisModule_NotifyKeyspaceEvent,
+    RedisModule_RegisterNumericConfig,
+    RedisModule_GetAbsExpire,
+    RedisModule_CreateString,
+    RedisModule_FreeString,
+    RedisModule_GetContextFlags,
 );
 
 /// Unreachable once [`missing_apis`] passed at load time; if it ever is
@@ -267,6 +272,19 @@ impl<'a> Ctx<'a> {
         Status
     }
 
+    /// Whether Redis asks which arguments are keys, rather than running the
+    /// command (commands flagged `getkeys-api`).
+    pub fn is_keys_position_request(self) -> bool {
+        // SAFETY: `ptr` is the running command's context.
+        unsafe { rm!(RedisModule_IsKeysPositionRequest)(self.ptr) != 0 }
+    }
+
+    /// `REDISMODULE_CTX_FLAGS_*` of the running command.
+    pub fn flags(self) -> c_int {
+        // SAFETY: `ptr` is the running command's context.
+        unsafe { rm!(RedisModule_GetContextFlags)(self.ptr) }
+    }
+
     /// Tells Redis the key changed (WATCH, client-side caching).
     pub fn signal_modified(self, name: KeyName<'_>) {
         // SAFETY: `ptr` and the name belong to the running command.
@@ -310,6 +328,22 @@ impl<'a> Args<'a> {
         self.key(i).map(KeyName::bytes)
     }
 
+    /// Puts `new` in place of the `i`th argument and returns the old one.
+    ///
+    /// # Safety
+    /// `i` < `len()`; `new` is a live string object; the caller puts the old
+    /// argument back before the command returns, and nothing reads the
+    /// argument vector in between but Redis's own propagation call, which
+    /// takes references of its own (see `super::replicate`).
+    pub unsafe fn replace(
+        &self,
+        i: usize,
+        new: *mut raw::RedisModuleString,
+    ) -> *mut raw::RedisModuleString {
+        // SAFETY: per this function's contract, `i` is within `argv`.
+        unsafe { std::ptr::replace(self.argv.add(i), new) }
+    }
+
     /// The bytes of every argument from `from` on.
     pub fn bytes_from(&self, from: usize) -> Words<'a> {
         let mut words = Words {
@@ -350,6 +384,16 @@ impl<'a> std::ops::Deref for Words<'a> {
             &self.inline[..self.len]
         } else {
             &self.spilled
+        }
+    }
+}
+
+impl std::ops::DerefMut for Words<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        if self.spilled.is_empty() {
+            &mut self.inline[..self.len]
+        } else {
+            &mut self.spilled
         }
     }
 }

@@ -6,15 +6,142 @@
 //!   `rl.denied` on a key each time a request on it is denied, so operators
 //!   can watch for abuse. Redis delivers it only when keyspace events of
 //!   module keys are on too (`notify-keyspace-events` with `d`, e.g. `Kd`).
+//! - `expiry-slack` (milliseconds, 0 to 86400000, default 1000): how long
+//!   after its state is as good as new a key may live on. A key's expiry is
+//!   kept while it lies between the moment its state is fresh again and that
+//!   moment plus the slack, and moved to the end of that band otherwise, so a
+//!   busy key's expiry is written about once per slack instead of on every
+//!   request (see `crate::replay::next_expiry`). 0: the expiry is always
+//!   exactly the fresh moment.
 
-use std::ffi::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::ffi::{c_char, c_int, c_longlong, c_void, CStr};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
 
 use redis_module::raw;
 
 use super::api::{rm, Ctx, KeyName};
+use crate::replay::MAX_EXPIRY_SLACK_MS;
 
 static DENY_EVENTS: AtomicBool = AtomicBool::new(false);
+static EXPIRY_SLACK_MS: AtomicI64 = AtomicI64::new(DEFAULT_EXPIRY_SLACK_MS);
+
+const DEFAULT_EXPIRY_SLACK_MS: i64 = 1000;
+
+/// The expiry slack now in force, in ms.
+pub fn expiry_slack_ms() -> u32 {
+    u32::try_from(EXPIRY_SLACK_MS.load(Relaxed)).unwrap_or(0)
+}
+
+/// One setting and where its value lives.
+enum Setting {
+    YesNo {
+        name: &'static CStr,
+        value: &'static AtomicBool,
+        default: bool,
+    },
+    Number {
+        name: &'static CStr,
+        value: &'static AtomicI64,
+        default: i64,
+        min: i64,
+        max: i64,
+    },
+}
+
+const SETTINGS: &[Setting] = &[
+    Setting::YesNo {
+        name: c"deny-events",
+        value: &DENY_EVENTS,
+        default: false,
+    },
+    Setting::Number {
+        name: c"expiry-slack",
+        value: &EXPIRY_SLACK_MS,
+        default: DEFAULT_EXPIRY_SLACK_MS,
+        min: 0,
+        max: MAX_EXPIRY_SLACK_MS as i64,
+    },
+];
+
+impl Setting {
+    fn name(&self) -> &'static CStr {
+        match self {
+            Setting::YesNo { name, .. } | Setting::Number { name, .. } => name,
+        }
+    }
+
+    /// Takes `text` as the value given after the module's path.
+    fn take(&self, text: &[u8]) -> Result<(), String> {
+        let name = self.name().to_string_lossy();
+        match self {
+            Setting::YesNo { value, .. } => {
+                let yes = if text.eq_ignore_ascii_case(b"yes") {
+                    true
+                } else if text.eq_ignore_ascii_case(b"no") {
+                    false
+                } else {
+                    return Err(format!("{name} must be yes or no"));
+                };
+                value.store(yes, Relaxed);
+            }
+            Setting::Number {
+                value, min, max, ..
+            } => {
+                let number = std::str::from_utf8(text)
+                    .ok()
+                    .and_then(|t| t.parse::<i64>().ok())
+                    .filter(|n| (*min..=*max).contains(n))
+                    .ok_or_else(|| format!("{name} must be a whole number from {min} to {max}"))?;
+                value.store(number, Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    fn register(&self, ctx: *mut raw::RedisModuleCtx) -> c_int {
+        match self {
+            // SAFETY (both arms): `ctx` is the loading context; the name is a
+            // static C string; `privdata` points to a static that outlives
+            // the module, of the type the callbacks read.
+            Setting::YesNo {
+                name,
+                value,
+                default,
+            } => unsafe {
+                rm!(RedisModule_RegisterBoolConfig)(
+                    ctx,
+                    name.as_ptr(),
+                    c_int::from(*default),
+                    raw::REDISMODULE_CONFIG_DEFAULT,
+                    Some(get_bool),
+                    Some(set_bool),
+                    None,
+                    std::ptr::from_ref(*value).cast_mut().cast(),
+                )
+            },
+            Setting::Number {
+                name,
+                value,
+                default,
+                min,
+                max,
+            } => unsafe {
+                rm!(RedisModule_RegisterNumericConfig)(
+                    ctx,
+                    name.as_ptr(),
+                    *default,
+                    raw::REDISMODULE_CONFIG_DEFAULT,
+                    *min,
+                    *max,
+                    Some(get_number),
+                    Some(set_number),
+                    None,
+                    std::ptr::from_ref(*value).cast_mut().cast(),
+                )
+            },
+        }
+    }
+}
 
 unsafe extern "C" fn get_bool(_name: *const c_char, privdata: *mut c_void) -> c_int {
     // SAFETY: `privdata` is the `&'static AtomicBool` given at registration.
@@ -34,56 +161,61 @@ unsafe extern "C" fn set_bool(
     raw::REDISMODULE_OK as c_int
 }
 
+unsafe extern "C" fn get_number(_name: *const c_char, privdata: *mut c_void) -> c_longlong {
+    // SAFETY: `privdata` is the `&'static AtomicI64` given at registration.
+    let number = unsafe { &*privdata.cast::<AtomicI64>() };
+    number.load(Relaxed)
+}
+
+/// Redis checks the bounds given at registration before calling this.
+unsafe extern "C" fn set_number(
+    _name: *const c_char,
+    value: c_longlong,
+    privdata: *mut c_void,
+    _err: *mut *mut raw::RedisModuleString,
+) -> c_int {
+    // SAFETY: as in `get_number`.
+    let number = unsafe { &*privdata.cast::<AtomicI64>() };
+    number.store(value, Relaxed);
+    raw::REDISMODULE_OK as c_int
+}
+
 /// Registers the settings and loads their values from redis.conf, then from
 /// the `loadmodule` arguments. An unknown name or a bad value fails the load.
 pub fn register(ctx: *mut raw::RedisModuleCtx, args: &[&[u8]]) -> Result<(), String> {
-    // SAFETY: `ctx` is the loading context; the name is a static C string;
-    // `privdata` points to a static that outlives the module.
-    let status = unsafe {
-        rm!(RedisModule_RegisterBoolConfig)(
-            ctx,
-            c"deny-events".as_ptr(),
-            0,
-            raw::REDISMODULE_CONFIG_DEFAULT,
-            Some(get_bool),
-            Some(set_bool),
-            None,
-            std::ptr::from_ref(&DENY_EVENTS).cast_mut().cast(),
-        )
-    };
-    if status != raw::REDISMODULE_OK as c_int {
-        return Err("cannot register the setting deny-events".into());
+    for setting in SETTINGS {
+        if setting.register(ctx) != raw::REDISMODULE_OK as c_int {
+            return Err(format!(
+                "cannot register the setting {}",
+                setting.name().to_string_lossy()
+            ));
+        }
     }
     // SAFETY: `ctx` is the loading context, after every registration.
     if unsafe { rm!(RedisModule_LoadConfigs)(ctx) } != raw::REDISMODULE_OK as c_int {
         return Err("cannot load the module's settings from the configuration".into());
     }
-    let mut pairs = args.chunks(2);
-    for pair in pairs.by_ref() {
-        match pair {
-            [name, value] if name.eq_ignore_ascii_case(b"deny-events") => {
-                DENY_EVENTS.store(yes_or_no(value)?, Relaxed);
-            }
-            [name, _] => {
-                return Err(format!(
-                    "unknown setting '{}' (known: deny-events)",
-                    String::from_utf8_lossy(name)
-                ))
-            }
-            _ => return Err("module arguments must be name value pairs".into()),
-        }
+    for pair in args.chunks(2) {
+        let [name, value] = pair else {
+            return Err("module arguments must be name value pairs".into());
+        };
+        let setting = SETTINGS
+            .iter()
+            .find(|s| name.eq_ignore_ascii_case(s.name().to_bytes()))
+            .ok_or_else(|| {
+                let known: Vec<_> = SETTINGS
+                    .iter()
+                    .map(|s| s.name().to_string_lossy())
+                    .collect();
+                format!(
+                    "unknown setting '{}' (known: {})",
+                    String::from_utf8_lossy(name),
+                    known.join(", ")
+                )
+            })?;
+        setting.take(value)?;
     }
     Ok(())
-}
-
-fn yes_or_no(value: &[u8]) -> Result<bool, String> {
-    if value.eq_ignore_ascii_case(b"yes") {
-        Ok(true)
-    } else if value.eq_ignore_ascii_case(b"no") {
-        Ok(false)
-    } else {
-        Err("deny-events must be yes or no".into())
-    }
 }
 
 /// Tells keyspace-event subscribers that a request on `key_name` was

@@ -10,6 +10,7 @@ use redis_module::raw;
 use super::api::{rm, Ctx, KeyName};
 use super::types::Stored;
 use crate::error::CommandError;
+use crate::replay::next_expiry;
 
 /// A key opened for one command (`'a`), closed when dropped.
 pub struct Key<'a> {
@@ -140,6 +141,43 @@ impl<'a> Key<'a> {
     pub fn expire_at(&self, unix_ms: i64) {
         // SAFETY: `ptr` is a key opened for writing that holds a value.
         unsafe { rm!(RedisModule_SetAbsExpire)(self.ptr, unix_ms.max(1)) };
+    }
+
+    /// When the key expires (Unix ms), if it does.
+    pub fn expires_at(&self) -> Option<i64> {
+        if self.ptr.is_null() {
+            return None;
+        }
+        // SAFETY: `ptr` is an open key.
+        let at = unsafe { rm!(RedisModule_GetAbsExpire)(self.ptr) };
+        (at >= 0).then_some(at)
+    }
+
+    /// Puts the key's expiry in its band after `fresh_at_ms` (see
+    /// `crate::replay::next_expiry`). Returns whether it moved. The key
+    /// must be open for writing and hold a value.
+    pub fn settle_expiry(&self, fresh_at_ms: i64, slack_ms: u32) -> bool {
+        match next_expiry(fresh_at_ms, self.expires_at(), slack_ms) {
+            Some(at) => {
+                self.expire_at(at);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// [`Key::settle_expiry`] for a state whose fresh moment moved from
+    /// `before_ms` to `after_ms`. A move by more than the slack leaves no
+    /// expiry in the band it had (at most `before_ms + slack_ms`) valid, so
+    /// the expiry is set without being read first: a lookup saved on every
+    /// check that must move it anyway.
+    pub fn settle_expiry_moved(&self, before_ms: i64, after_ms: i64, slack_ms: u32) -> bool {
+        if after_ms.saturating_sub(before_ms) > i64::from(slack_ms) {
+            self.expire_at(after_ms.saturating_add(i64::from(slack_ms)));
+            true
+        } else {
+            self.settle_expiry(after_ms, slack_ms)
+        }
     }
 }
 

@@ -6,6 +6,7 @@ pub mod command_info;
 pub mod commands;
 pub mod config;
 pub mod key;
+pub mod replicate;
 pub mod stats;
 pub mod types;
 
@@ -38,6 +39,7 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
                 | raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS) as c_int,
         )
     };
+    replicate::init();
     for redis_type in types::every_type() {
         if let Err(why) = redis_type.create_data_type(raw_ctx) {
             ctx.log_warning(&format!("ratelimit: cannot create a data type: {why}"));

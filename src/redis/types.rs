@@ -15,11 +15,6 @@ use crate::algorithms::{Algorithm, Decision, Mode, State};
 /// which layout follows; this number changes only if the RDB framing does.
 const ENCODING_VERSION: i32 = 1;
 
-/// The command that sets a key to an absolute state: what an allowed check
-/// replicates, what AOF rewrite emits. Deterministic: it carries the state,
-/// the key's expiry follows from it.
-pub const SET_STATE_COMMAND: &std::ffi::CStr = c"RL.SETSTATE";
-
 /// A value stored in Redis: its type, and how it looks now (RL.INFO).
 pub trait Stored: State + 'static {
     fn redis_type() -> &'static RedisType;
@@ -198,16 +193,20 @@ unsafe extern "C" fn aof_rewrite<A: Stored>(
     // SAFETY: Redis passes a value of this type.
     if let Some(state) = unsafe { state::<A>(value) } {
         let buf = encoded(state);
+        // The expiry is left as it is (KEEPTTL): Redis writes the key's
+        // own `PEXPIREAT` after it, when the key has one, so the rewritten
+        // file restores it exactly, or restores none.
         // SAFETY: `aof` is the rewrite stream, `key` a live string; format
-        // "sb" takes a string object then a buffer and its length.
+        // "sbc" takes a string object, a buffer and its length, a C string.
         unsafe {
             rm!(RedisModule_EmitAOF)(
                 aof,
-                SET_STATE_COMMAND.as_ptr(),
-                c"sb".as_ptr(),
+                c"RL.SETSTATE".as_ptr(),
+                c"sbc".as_ptr(),
                 key,
                 buffer_ptr(&buf),
                 buf.len(),
+                c"KEEPTTL".as_ptr(),
             )
         };
     }

@@ -204,6 +204,13 @@ impl Server {
         std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
     }
 
+    /// Starts the server again (stopped before), with `extra` options
+    /// added to those it had.
+    pub fn relaunch_with(&mut self, extra: &[&str]) {
+        self.args.extend(extra.iter().map(|s| s.to_string()));
+        self.launch();
+    }
+
     /// Stops the server the hard way (like a crash).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

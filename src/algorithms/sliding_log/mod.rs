@@ -76,6 +76,17 @@ impl Syntax for SlidingLogParams {
     }
 }
 
+/// The window at some time, read off a log without changing it.
+struct HeldAt {
+    /// What the entries still inside the window count.
+    held: u64,
+    /// How many entries, from the oldest, have left the window.
+    left_entries: usize,
+    /// When the newest of those happened (the oldest entry's time when none
+    /// has left): the time the gaps of the entries inside count from.
+    last_left_ms: i64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlidingLog {
     params: SlidingLogParams,
@@ -206,6 +217,30 @@ impl SlidingLog {
         self.total = self.total.saturating_add(cost);
     }
 
+    /// What the window holds at `now_ms`, the entries that left it being
+    /// skipped rather than dropped.
+    fn held_at(&self, now_ms: i64) -> HeldAt {
+        let cutoff_ms = now_ms.saturating_sub(self.window());
+        let mut at_ms = self.oldest_ms;
+        let mut last_left_ms = self.oldest_ms;
+        let mut left = 0u64;
+        let mut left_entries = 0;
+        for entry in self.entries.iter() {
+            at_ms = at_ms.saturating_add(gap_ms(entry));
+            if at_ms > cutoff_ms {
+                break;
+            }
+            left = left.saturating_add(entry.count);
+            left_entries += 1;
+            last_left_ms = at_ms;
+        }
+        HeldAt {
+            held: self.total.saturating_sub(left),
+            left_entries,
+            last_left_ms,
+        }
+    }
+
     /// Milliseconds from `now_ms` until `cost` more fits: until the oldest
     /// entries holding the excess have left the window. The log must be
     /// brought up to `now_ms`, and `cost` be at most the limit.
@@ -310,19 +345,56 @@ impl Algorithm for SlidingLog {
     /// Walks only the entries that left the window by `now_ms`: O(1)
     /// amortised, as the next allowed check drops them.
     fn allows_in_place(&self, now_ms: i64, cost: u64) -> Option<bool> {
-        let cutoff_ms = now_ms.saturating_sub(self.window());
-        let mut at_ms = self.oldest_ms;
-        let mut left = 0u64;
-        for entry in self.entries.iter() {
-            at_ms = at_ms.saturating_add(gap_ms(entry));
-            if at_ms > cutoff_ms {
-                break;
-            }
-            left = left.saturating_add(entry.count);
-        }
-        let held = self.total.saturating_sub(left);
+        let held = self.held_at(now_ms).held;
         let limit = self.params.limit;
         Some(cost <= limit && held.checked_add(cost).is_some_and(|n| n <= limit))
+    }
+
+    /// What [`SlidingLog::check`] answers, read off the log as it is: the
+    /// entries that left the window are skipped rather than dropped, and a
+    /// denial's wait is found from the first entry still inside, walking
+    /// only as far as `cost` needs (one entry for a cost of 1). A million
+    /// entries cost a denial no more than ten do.
+    fn decide_in_place(&self, now_ms: i64, cost: u64) -> Option<Decision> {
+        let now_ms = now_ms.max(self.updated_ms);
+        let at = self.held_at(now_ms);
+        let limit = self.params.limit;
+        let allowed = cost <= limit && at.held.checked_add(cost).is_some_and(|n| n <= limit);
+        let fresh_at_ms = if at.held == 0 {
+            now_ms
+        } else {
+            self.newest_ms.saturating_add(self.window())
+        };
+        let retry_after_ms = if allowed {
+            0
+        } else if cost > limit {
+            -1
+        } else {
+            let need = (u128::from(at.held) + u128::from(cost)).saturating_sub(u128::from(limit));
+            let mut freed = 0u128;
+            let mut at_ms = at.last_left_ms;
+            let mut found = None;
+            for entry in self.entries.iter().skip(at.left_entries) {
+                at_ms = at_ms.saturating_add(gap_ms(entry));
+                freed += u128::from(entry.count);
+                if freed >= need {
+                    found = Some(at_ms);
+                    break;
+                }
+            }
+            found
+                .map_or(fresh_at_ms, |at_ms| at_ms.saturating_add(self.window()))
+                .saturating_sub(now_ms)
+                .max(1)
+        };
+        Some(Decision {
+            allowed,
+            limit,
+            remaining: limit.saturating_sub(at.held),
+            retry_after_ms,
+            reset_after_ms: fresh_at_ms.saturating_sub(now_ms).max(0),
+            delay_ms: None,
+        })
     }
 }
 

@@ -6,14 +6,15 @@ use std::ffi::c_int;
 
 use redis_module::raw;
 
-use super::super::api::{now_ms, rm, run, Args, Ctx, KeyName, Status};
-use super::super::config::on_denied;
+use super::super::api::{rm, run, Args, Ctx, KeyName, Status};
 use super::super::key::Key;
+use super::super::replicate::Run;
 use super::super::stats;
-use super::check::{count, reply_decision, reply_five_then, store, Checked};
+use super::check::{count, denied, reply_decision, reply_five_then, store, written, Checked};
 use crate::algorithms::{Decision, Mode};
 use crate::error::CommandError;
 use crate::parse::{self, Tier};
+use crate::replay::Command;
 
 pub unsafe extern "C" fn all_command(
     ctx: *mut raw::RedisModuleCtx,
@@ -25,11 +26,13 @@ pub unsafe extern "C" fn all_command(
 }
 
 fn all_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
-    // SAFETY: `ctx` is the running command's context.
-    if unsafe { rm!(RedisModule_IsKeysPositionRequest)(ctx.raw()) } != 0 {
-        return declare_keys(ctx, args);
+    if ctx.is_keys_position_request() {
+        return declare_keys(ctx, &args.bytes_from(1));
     }
-    match all(ctx, args) {
+    let run = Run::live(ctx, Command::All, 1);
+    let result = all(&run, args, &args.bytes_from(1));
+    run.propagate(args, None);
+    match result {
         Ok((combined, tiers)) => reply_five_then(ctx, &combined, || {
             ctx.reply_array(tiers.len());
             for tier in &tiers {
@@ -41,10 +44,11 @@ fn all_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
 }
 
 /// Answers Redis's question of which arguments are keys (cluster routing,
-/// ACLs, `COMMAND GETKEYS`): the `numkeys` arguments after `numkeys`, or
-/// none when `numkeys` is not valid (the command itself then says why).
-fn declare_keys(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
-    if let Ok(n) = parse::numkeys(&args.bytes_from(1)) {
+/// ACLs, `COMMAND GETKEYS`), given the words from `numkeys` on: the
+/// `numkeys` arguments after `numkeys`, or none when `numkeys` is not valid
+/// (the command itself then says why).
+pub fn declare_keys(ctx: Ctx<'_>, words: &[&[u8]]) -> Status {
+    if let Ok(n) = parse::numkeys(words) {
         for position in 2..2 + n {
             // SAFETY: `ctx` is a keys-position request; `position` < argc.
             unsafe { rm!(RedisModule_KeyAtPos)(ctx.raw(), position as c_int) };
@@ -54,7 +58,7 @@ fn declare_keys(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
 }
 
 /// Stores what a tier took, once every tier has allowed.
-type Commit<'a> = Box<dyn FnOnce(Ctx<'a>, KeyName<'a>) -> Result<(), CommandError> + 'a>;
+type Commit<'a> = Box<dyn FnOnce(&Run<'a>, KeyName<'a>) -> Result<(), CommandError> + 'a>;
 
 /// What one tier decided, and how to store what it took, not yet done.
 struct Planned<'a> {
@@ -62,11 +66,17 @@ struct Planned<'a> {
     commit: Option<Commit<'a>>,
 }
 
-fn all<'a>(ctx: Ctx<'a>, args: &Args<'a>) -> Result<(Decision, Vec<Decision>), CommandError> {
+/// `RL.ALL` with `words` after the command's name (`numkeys` first), the
+/// keys being the arguments after `numkeys`.
+pub fn all<'a>(
+    run: &Run<'a>,
+    args: &Args<'a>,
+    words: &[&[u8]],
+) -> Result<(Decision, Vec<Decision>), CommandError> {
     if args.len() < 4 {
         return Err(CommandError::Arity);
     }
-    let parsed = parse::all(&args.bytes_from(1))?;
+    let parsed = parse::all(words)?;
     let key_names = (0..parsed.tiers.len())
         .map(|i| args.key(2 + i))
         .collect::<Option<Vec<_>>>()
@@ -77,34 +87,35 @@ fn all<'a>(ctx: Ctx<'a>, args: &Args<'a>) -> Result<(Decision, Vec<Decision>), C
     } else {
         Mode::Take
     };
-    let now_ms = now_ms();
     // Every tier decides before anything is written, so a WRONGTYPE or a
     // denial on any tier leaves every key as it was.
     let mut planned = Vec::with_capacity(key_names.len());
     for (tier, &key_name) in parsed.tiers.iter().zip(&key_names) {
-        planned.push(plan_tier(ctx, key_name, tier, now_ms, cost, mode)?);
+        planned.push(plan_tier(run, key_name, tier, cost, mode)?);
     }
     let mut decisions: Vec<Decision> = planned.iter().map(|p| p.decision).collect();
     if Decision::all_of(&decisions).allowed {
         for (tier, key_name) in planned.into_iter().zip(key_names) {
             if let Some(commit) = tier.commit {
-                commit(ctx, key_name)?;
+                commit(run, key_name)?;
             }
         }
     } else if mode == Mode::Take {
         // Nothing was taken: a tier that would have allowed reports what
-        // it holds now, as a peek does.
+        // it holds now, as a peek does; every key keeps its expiry in its
+        // band.
         for ((decision, tier), &key_name) in decisions.iter_mut().zip(&parsed.tiers).zip(&key_names)
         {
             if decision.allowed {
-                *decision = plan_tier(ctx, key_name, tier, now_ms, cost, Mode::Peek)?.decision;
+                *decision = plan_tier(run, key_name, tier, cost, Mode::Peek)?.decision;
             } else {
-                on_denied(ctx, key_name);
+                denied(run, key_name, mode, decision);
             }
+            settle_tier(run, key_name, tier);
         }
     }
     let combined = Decision::all_of(&decisions);
-    count(&stats::ALL, mode, &combined);
+    count(run, &stats::ALL, mode, &combined);
     Ok((combined, decisions))
 }
 
@@ -116,16 +127,25 @@ macro_rules! plan_tier {
         others { $($others:tt)* }
     ) => {
         fn plan_tier<'a>(
-            ctx: Ctx<'a>,
+            run: &Run<'a>,
             key_name: KeyName<'a>,
             tier: &Tier,
-            now_ms: i64,
             cost: u64,
             mode: Mode,
         ) -> Result<Planned<'a>, CommandError> {
             match *tier {
                 $(Tier::$ty(params) => {
-                    plan::<crate::algorithms::$module::$ty>(ctx, key_name, params, now_ms, cost, mode)
+                    plan::<crate::algorithms::$module::$ty>(run, key_name, params, cost, mode)
+                })*
+            }
+        }
+
+        /// Puts the expiry of a tier's key in its band, if it holds that
+        /// tier's state.
+        fn settle_tier(run: &Run<'_>, key_name: KeyName<'_>, tier: &Tier) {
+            match *tier {
+                $(Tier::$ty(_) => {
+                    settle::<crate::algorithms::$module::$ty>(run, key_name)
                 })*
             }
         }
@@ -134,23 +154,32 @@ macro_rules! plan_tier {
 crate::registry!(plan_tier);
 
 fn plan<'a, A: Checked>(
-    ctx: Ctx<'a>,
+    run: &Run<'a>,
     key_name: KeyName<'a>,
     params: A::Params,
-    now_ms: i64,
     cost: u64,
     mode: Mode,
 ) -> Result<Planned<'a>, CommandError> {
-    let mut key = Key::open(ctx, key_name, false);
+    let mut key = Key::open(run.ctx, key_name, false);
     let stored = key.value::<A>()?;
-    let (decision, next) = A::check_with(stored.map(|s| &*s), params, now_ms, cost, mode);
+    let (decision, next) = A::check_with(stored.map(|s| &*s), params, run.now_ms, cost, mode);
     Ok(Planned {
         decision,
         commit: next.map(|next| {
-            Box::new(move |ctx: Ctx<'a>, key_name: KeyName<'a>| {
-                let mut key = Key::open(ctx, key_name, true);
-                store(ctx, &mut key, key_name, next)
+            Box::new(move |run: &Run<'a>, key_name: KeyName<'a>| {
+                let mut key = Key::open(run.ctx, key_name, true);
+                store(run, &mut key, key_name, next)
             }) as Commit<'a>
         }),
     })
+}
+
+fn settle<A: Checked>(run: &Run<'_>, key_name: KeyName<'_>) {
+    let mut key = Key::open(run.ctx, key_name, true);
+    if let Ok(Some(state)) = key.value::<A>() {
+        let fresh_at_ms = state.fresh_at_ms();
+        if key.settle_expiry(fresh_at_ms, run.expiry_slack_ms) {
+            written(run, key_name);
+        }
+    }
 }

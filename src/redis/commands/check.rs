@@ -7,16 +7,18 @@ use std::ffi::c_int;
 
 use redis_module::raw;
 
-use super::super::api::{buffer_ptr, now_ms, rm, run, Args, Ctx, KeyName, Status};
+use super::super::api::{run, Args, Ctx, KeyName, Status};
 use super::super::config::on_denied;
 use super::super::key::Key;
+use super::super::replicate::Run;
 use super::super::stats::{self, Counted, Counter};
-use super::super::types::{Stored, SET_STATE_COMMAND};
+use super::super::types::Stored;
 use crate::algorithms::gcra::Gcra;
-use crate::algorithms::{Algorithm, Decision, Mode, State};
+use crate::algorithms::{Algorithm, Decision, Mode};
 use crate::error::CommandError;
 use crate::parse;
 use crate::redis_cell::{cl_throttle, cl_throttle_reply};
+use crate::replay::Command;
 
 /// An algorithm with its own check command.
 pub trait Checked: Algorithm + Stored + Counted {}
@@ -34,24 +36,33 @@ pub unsafe extern "C" fn check_command<A: Checked>(
 }
 
 fn check_reply<A: Checked>(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
-    match check::<A>(ctx, args) {
+    let run = Run::live(ctx, Command::Check(A::TAG), 2);
+    let result = check::<A>(&run, args.key(1), &args.bytes_from(2));
+    run.propagate(args, None);
+    match result {
         Ok(decision) => reply_decision(ctx, &decision),
         Err(error) => ctx.reply_error(&error),
     }
 }
 
-fn check<A: Checked>(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Decision, CommandError> {
-    let key_name = args.key(1).ok_or(CommandError::Arity)?;
-    let (params, options) = parse::check_args::<A::Params>(&args.bytes_from(2))?;
+/// A check of `key_name`, `words` being what follows the key.
+pub fn check<A: Checked>(
+    run: &Run<'_>,
+    key_name: Option<KeyName<'_>>,
+    words: &[&[u8]],
+) -> Result<Decision, CommandError> {
+    let key_name = key_name.ok_or(CommandError::Arity)?;
+    let (params, options) = parse::check_args::<A::Params>(words)?;
     let mode = if options.peek { Mode::Peek } else { Mode::Take };
-    let decision = apply::<A>(ctx, key_name, params, options.cost, mode)?;
-    count(A::counter(), mode, &decision);
+    let decision = apply::<A>(run, key_name, params, options.cost, mode)?;
+    count(run, A::counter(), mode, &decision);
     Ok(decision)
 }
 
-/// Counts a decided request in `INFO ratelimit` (a peek is not a request).
-pub fn count(counter: &Counter, mode: Mode, decision: &Decision) {
-    if mode == Mode::Take {
+/// Counts a decided request in `INFO ratelimit` (a peek is not a request,
+/// and a replay was counted where it was decided).
+pub fn count(run: &Run<'_>, counter: &Counter, mode: Mode, decision: &Decision) {
+    if mode == Mode::Take && !run.is_replay() {
         counter.count(decision.allowed);
     }
 }
@@ -68,111 +79,94 @@ pub unsafe extern "C" fn cl_throttle_command(
 }
 
 fn cl_throttle_reply_to(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
-    let result = args.key(1).ok_or(CommandError::Arity).and_then(|key_name| {
-        let throttle = cl_throttle(&args.bytes_from(2))?;
-        let decision = apply::<Gcra>(ctx, key_name, throttle.params, throttle.cost, throttle.mode)?;
-        count(&stats::CL_THROTTLE, throttle.mode, &decision);
-        Ok(decision)
-    });
+    let run = Run::live(ctx, Command::ClThrottle, 2);
+    let result = throttle(&run, args.key(1), &args.bytes_from(2));
+    run.propagate(args, None);
     match result {
         Ok(decision) => ctx.reply_integers(&cl_throttle_reply(&decision)),
         Err(error) => ctx.reply_error(&error),
     }
 }
 
+/// `CL.THROTTLE` on `key_name`, `words` being what follows the key.
+pub fn throttle(
+    run: &Run<'_>,
+    key_name: Option<KeyName<'_>>,
+    words: &[&[u8]],
+) -> Result<Decision, CommandError> {
+    let key_name = key_name.ok_or(CommandError::Arity)?;
+    let throttle = cl_throttle(words)?;
+    let decision = apply::<Gcra>(run, key_name, throttle.params, throttle.cost, throttle.mode)?;
+    count(run, &stats::CL_THROTTLE, throttle.mode, &decision);
+    Ok(decision)
+}
+
 /// One check of one key: load its state, decide, and when a request was
-/// taken store the new state (in place when the algorithm allows), set its
-/// expiry, and replicate it as its effect.
+/// taken store the new state (in place when the algorithm allows). Any
+/// request (not a peek) leaves the key's expiry in its band (see
+/// `crate::replay::next_expiry`), so a key whose expiry was removed or
+/// moved gets it back even from a denial.
 fn apply<A: Checked>(
-    ctx: Ctx<'_>,
+    run: &Run<'_>,
     key_name: KeyName<'_>,
     params: A::Params,
     cost: u64,
     mode: Mode,
 ) -> Result<Decision, CommandError> {
-    let mut key = Key::open(ctx, key_name, mode == Mode::Take);
-    let now_ms = now_ms();
+    let mut key = Key::open(run.ctx, key_name, mode == Mode::Take);
     let Some(stored) = key.value::<A>()? else {
-        return match A::check_with(None, params, now_ms, cost, mode) {
-            (decision, Some(next)) => {
-                store(ctx, &mut key, key_name, next)?;
-                Ok(decision)
-            }
-            (decision, None) => {
-                notify_if_denied(ctx, key_name, mode, &decision);
-                Ok(decision)
-            }
-        };
+        let (decision, next) = A::check_with(None, params, run.now_ms, cost, mode);
+        match next {
+            Some(next) => store(run, &mut key, key_name, next)?,
+            None => denied(run, key_name, mode, &decision),
+        }
+        return Ok(decision);
     };
-    let (decision, changed) = stored.check_stored(params, now_ms, cost, mode);
-    if changed {
-        let effect = Effect::of(stored);
-        effect.publish(ctx, &key, key_name);
+    if mode == Mode::Peek {
+        return Ok(stored.check_stored(params, run.now_ms, cost, mode).0);
+    }
+    let before_ms = stored.fresh_at_ms();
+    let (decision, changed) = stored.check_stored(params, run.now_ms, cost, mode);
+    let after_ms = if changed {
+        stored.fresh_at_ms()
     } else {
-        notify_if_denied(ctx, key_name, mode, &decision);
+        before_ms
+    };
+    if key.settle_expiry_moved(before_ms, after_ms, run.expiry_slack_ms) || changed {
+        written(run, key_name);
+    }
+    if !changed {
+        denied(run, key_name, mode, &decision);
     }
     Ok(decision)
 }
 
-pub fn notify_if_denied(ctx: Ctx<'_>, key_name: KeyName<'_>, mode: Mode, decision: &Decision) {
-    if mode == Mode::Take && !decision.allowed {
-        on_denied(ctx, key_name);
+/// Announces a denied request (`deny-events`), where it was decided.
+pub fn denied(run: &Run<'_>, key_name: KeyName<'_>, mode: Mode, decision: &Decision) {
+    if mode == Mode::Take && !decision.allowed && !run.is_replay() {
+        on_denied(run.ctx, key_name);
     }
 }
 
-/// A state just written to a key, as replicas and the AOF receive it.
-pub struct Effect {
-    blob: Vec<u8>,
-    fresh_at_ms: i64,
+/// After a key was written: Redis is told it changed, and the command will
+/// be propagated.
+pub fn written(run: &Run<'_>, key_name: KeyName<'_>) {
+    run.ctx.signal_modified(key_name);
+    run.changed();
 }
 
-impl Effect {
-    pub fn of<A: State>(state: &A) -> Self {
-        // Every state but a long sliding log fits: one allocation, no growth.
-        let mut blob = Vec::with_capacity(64);
-        state.encode(&mut blob);
-        Self {
-            blob,
-            fresh_at_ms: state.fresh_at_ms(),
-        }
-    }
-
-    /// Sets the key's expiry to when its state is as good as new, tells
-    /// Redis the key changed, and replicates the state as `RL.SETSTATE`.
-    pub fn publish(&self, ctx: Ctx<'_>, key: &Key<'_>, key_name: KeyName<'_>) {
-        written(ctx, key, key_name, self.fresh_at_ms);
-        // SAFETY: `ctx` is the running command's; format "sb" takes the key
-        // string object, then the state's bytes and their length.
-        unsafe {
-            rm!(RedisModule_Replicate)(
-                ctx.raw(),
-                SET_STATE_COMMAND.as_ptr(),
-                c"sb".as_ptr(),
-                key_name.raw(),
-                buffer_ptr(&self.blob),
-                self.blob.len(),
-            )
-        };
-    }
-}
-
-/// After a state was written to a key: its expiry is when the state is as
-/// good as new, and Redis is told the key changed.
-pub fn written(ctx: Ctx<'_>, key: &Key<'_>, key_name: KeyName<'_>, fresh_at_ms: i64) {
-    key.expire_at(fresh_at_ms);
-    ctx.signal_modified(key_name);
-}
-
-/// Writes `state` to an open key (empty, or holding an `A`) and publishes it.
+/// Writes `state` to an open key (empty, or holding an `A`), with its
+/// expiry in its band.
 pub fn store<A: Stored>(
-    ctx: Ctx<'_>,
+    run: &Run<'_>,
     key: &mut Key<'_>,
     key_name: KeyName<'_>,
     state: A,
 ) -> Result<(), CommandError> {
-    let effect = Effect::of(&state);
+    let fresh_at_ms = state.fresh_at_ms();
     key.put(state)?;
-    effect.publish(ctx, key, key_name);
+    key.expire_at(fresh_at_ms.saturating_add(i64::from(run.expiry_slack_ms)));
+    written(run, key_name);
     Ok(())
 }
 

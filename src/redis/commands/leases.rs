@@ -5,14 +5,16 @@ use std::ffi::c_int;
 
 use redis_module::raw;
 
-use super::super::api::{now_ms, random_hex, rm, run, Args, Ctx, Status};
+use super::super::api::{random_hex, run, Args, Ctx, KeyName, Status};
 use super::super::key::Key;
+use super::super::replicate::Run;
 use super::super::stats;
-use super::check::{count, notify_if_denied, reply_five_then, store, Effect};
+use super::check::{count, denied, reply_five_then, store, written};
 use crate::algorithms::concurrency::Leases;
-use crate::algorithms::{Decision, Mode};
+use crate::algorithms::{Decision, Mode, State};
 use crate::error::CommandError;
 use crate::parse;
+use crate::replay::Command;
 
 /// The length of a lease id the server draws: 32 hex characters, 128 bits.
 const DRAWN_ID_LEN: usize = 32;
@@ -29,12 +31,18 @@ pub unsafe extern "C" fn acquire_command(
 }
 
 fn acquire_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
-    match acquire(ctx, args) {
-        Ok((decision, id)) => reply_five_then(ctx, &decision, || match id {
-            Some(id) => {
-                ctx.reply_bytes(&id);
-            }
-            None => {
+    let run = Run::live(ctx, Command::Acquire, 2);
+    let result = acquire(&run, args.key(1), &args.bytes_from(2), None);
+    let drawn = result
+        .as_ref()
+        .ok()
+        .and_then(|a| a.drawn.then_some(&a.id[..]));
+    run.propagate(args, drawn);
+    match result {
+        Ok(acquired) => reply_five_then(ctx, &acquired.decision, || {
+            if acquired.decision.allowed {
+                ctx.reply_bytes(&acquired.id);
+            } else {
                 ctx.reply_null();
             }
         }),
@@ -42,30 +50,54 @@ fn acquire_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     }
 }
 
-fn acquire(ctx: Ctx<'_>, args: &Args<'_>) -> Result<(Decision, Option<Vec<u8>>), CommandError> {
-    let key_name = args.key(1).ok_or(CommandError::Arity)?;
-    let (params, id) = parse::acquire(&args.bytes_from(2))?;
-    let id = id.unwrap_or_else(|| random_hex(DRAWN_ID_LEN));
-    let now_ms = now_ms();
-    let mut key = Key::open(ctx, key_name, true);
+/// What `RL.ACQUIRE` decided, and for which id.
+pub struct Acquired {
+    pub decision: Decision,
+    pub id: Vec<u8>,
+    /// Whether the server drew the id (the caller gave none).
+    pub drawn: bool,
+}
+
+/// `RL.ACQUIRE` on `key_name`, `words` being what follows the key. Without
+/// an `ID` in the words, the lease's id is `drawn` (a replay's), or drawn
+/// now.
+pub fn acquire(
+    run: &Run<'_>,
+    key_name: Option<KeyName<'_>>,
+    words: &[&[u8]],
+    drawn: Option<Vec<u8>>,
+) -> Result<Acquired, CommandError> {
+    let key_name = key_name.ok_or(CommandError::Arity)?;
+    let (params, given) = parse::acquire(words)?;
+    let (id, drawn) = match given {
+        Some(id) => (id, false),
+        None => (drawn.unwrap_or_else(|| random_hex(DRAWN_ID_LEN)), true),
+    };
+    let mut key = Key::open(run.ctx, key_name, true);
     let decision = match key.value::<Leases>()? {
         Some(leases) => {
-            let (decision, changed) = leases.acquire(params, now_ms, &id);
-            if changed {
-                Effect::of(leases).publish(ctx, &key, key_name);
+            let (decision, changed) = leases.acquire(params, run.now_ms, &id);
+            let fresh_at_ms = leases.fresh_at_ms();
+            let moved = key.settle_expiry(fresh_at_ms, run.expiry_slack_ms);
+            if changed || moved {
+                written(run, key_name);
             }
             decision
         }
         None => {
-            let mut leases = Leases::new(params, now_ms);
-            let (decision, _) = leases.acquire(params, now_ms, &id);
-            store(ctx, &mut key, key_name, leases)?;
+            let mut leases = Leases::new(params, run.now_ms);
+            let (decision, _) = leases.acquire(params, run.now_ms, &id);
+            store(run, &mut key, key_name, leases)?;
             decision
         }
     };
-    count(&stats::ACQUIRE, Mode::Take, &decision);
-    notify_if_denied(ctx, key_name, Mode::Take, &decision);
-    Ok((decision, decision.allowed.then_some(id)))
+    count(run, &stats::ACQUIRE, Mode::Take, &decision);
+    denied(run, key_name, Mode::Take, &decision);
+    Ok(Acquired {
+        decision,
+        id,
+        drawn,
+    })
 }
 
 /// `RL.RELEASE key id`: 1 when `id` held a live lease, now given back;
@@ -80,33 +112,41 @@ pub unsafe extern "C" fn release_command(
 }
 
 fn release_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
-    match release(ctx, args) {
+    let run = Run::live(ctx, Command::Release, 2);
+    let result = match args.len() {
+        3 => release(&run, args.key(1), &args.bytes_from(2)),
+        _ => Err(CommandError::Arity),
+    };
+    run.propagate(args, None);
+    match result {
         Ok(released) => ctx.reply_integer(i64::from(released)),
         Err(error) => ctx.reply_error(&error),
     }
 }
 
-fn release(ctx: Ctx<'_>, args: &Args<'_>) -> Result<bool, CommandError> {
-    let (Some(key_name), Some(id), 3) = (args.key(1), args.bytes(2), args.len()) else {
+/// `RL.RELEASE` on `key_name`, `words` being what follows the key (the id).
+pub fn release(
+    run: &Run<'_>,
+    key_name: Option<KeyName<'_>>,
+    words: &[&[u8]],
+) -> Result<bool, CommandError> {
+    let (Some(key_name), [id]) = (key_name, words) else {
         return Err(CommandError::Arity);
     };
     let id = parse::lease_id(id)?;
-    let mut key = Key::open(ctx, key_name, true);
+    let mut key = Key::open(run.ctx, key_name, true);
     let Some(leases) = key.value::<Leases>()? else {
         return Ok(false);
     };
-    if !leases.release(now_ms(), &id) {
+    if !leases.release(run.now_ms, &id) {
         return Ok(false);
     }
-    if leases.is_empty() {
+    let (empty, fresh_at_ms) = (leases.is_empty(), leases.fresh_at_ms());
+    if empty {
         key.delete();
-        ctx.signal_modified(key_name);
-        // SAFETY: `ctx` is the running command's; format "s" takes the key.
-        unsafe {
-            rm!(RedisModule_Replicate)(ctx.raw(), c"DEL".as_ptr(), c"s".as_ptr(), key_name.raw())
-        };
     } else {
-        Effect::of(leases).publish(ctx, &key, key_name);
+        key.settle_expiry(fresh_at_ms, run.expiry_slack_ms);
     }
+    written(run, key_name);
     Ok(true)
 }

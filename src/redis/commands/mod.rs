@@ -4,6 +4,7 @@
 //! registry (`crate::algorithms::registry`) and each algorithm's `Syntax`.
 
 mod all;
+mod apply;
 mod check;
 mod leases;
 mod state;
@@ -154,6 +155,23 @@ pub fn table() -> Vec<Command> {
                 args: vec![
                     key("The key to set."),
                     string("state", "The state bytes, as this module writes them to replicas and the AOF."),
+                    integer("pxat", "Its expiry, a Unix time in milliseconds (default: in its band after the state is fresh, as the checks set it).").after("PXAT").optional(),
+                    pure_token("keepttl", "KEEPTTL", "Leave the key's expiry as it is (how AOF rewrite writes a key, Redis's PEXPIREAT following it).").optional(),
+                ],
+            },
+        ),
+        one_key(
+            "rl.apply",
+            apply::apply_command,
+            c"write",
+            Doc {
+                summary: "A replay: how replicas and AOF files receive what a command on one key changed (that command, with the primary's time and settings pinned in a header glued to its first word after the key). Only a primary or an AOF file may send it.",
+                since: FIRST_RELEASE,
+                complexity: "The complexity of the command replayed",
+                keys: CHECKED,
+                args: vec![
+                    key("The key the command replayed changed."),
+                    string("word", "The header, then the replayed command's words after the key.").multiple(),
                 ],
             },
         ),
@@ -209,6 +227,26 @@ pub fn table() -> Vec<Command> {
                 args: vec![key("The key to describe.")],
             },
         ),
+        Command {
+            name: CString::from(c"rl.applyall"),
+            handler: apply::apply_all_command,
+            flags: c"write getkeys-api",
+            keys: (0, 0, 0),
+            doc: Doc {
+                summary: "A replay of RL.ALL: how replicas and AOF files receive what it changed (RL.ALL's words, with the primary's time and settings pinned in a header glued to numkeys). Only a primary or an AOF file may send it.",
+                since: FIRST_RELEASE,
+                complexity: "The complexity of the RL.ALL replayed",
+                keys: KeySpec {
+                    position: KeyPosition::CountedAfterNumkeys,
+                    flags: RW | ACCESS | UPDATE,
+                },
+                args: vec![
+                    string("numkeys", "The header, then RL.ALL's numkeys."),
+                    key("RL.ALL's keys.").multiple(),
+                    string("word", "RL.ALL's specs and options.").multiple(),
+                ],
+            },
+        },
         // Its keys are counted by `numkeys`: Redis asks the command itself
         // where they are (getkeys-api), for cluster routing and COMMAND GETKEYS.
         Command {

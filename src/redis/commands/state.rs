@@ -5,18 +5,22 @@ use std::ffi::c_int;
 
 use redis_module::raw;
 
-use super::super::api::{now_ms, rm, run, Args, Ctx, KeyName, Status};
+use super::super::api::{buffer_ptr, now_ms, rm, run, Args, Ctx, KeyName, Status};
+use super::super::config::expiry_slack_ms;
 use super::super::key::Key;
 use super::super::types::{first_of, on_tag, StateVisitor, Stored};
-use super::check::written;
-use crate::algorithms::Field;
+use crate::algorithms::{Field, MAX_TIMESTAMP_MS};
 use crate::error::CommandError;
 
-/// `RL.SETSTATE key state`: sets `key` to an absolute state, as encoded by
-/// `crate::encoding`, expiring when that state is as good as new. This is how
-/// replicas and AOF files receive every change, so it checks its input as
-/// strictly as any command: a state this module could not have written is an
-/// error, and a key holding anything but that algorithm's type is WRONGTYPE.
+/// `RL.SETSTATE key state [PXAT ms | KEEPTTL]`: sets `key` to an absolute
+/// state, as encoded by `crate::encoding`. Its expiry: `PXAT`'s, exactly;
+/// none changed with `KEEPTTL` (how AOF rewrite writes a key, Redis adding
+/// the key's own `PEXPIREAT` after it); otherwise in its band after the
+/// state is fresh (`crate::replay::next_expiry`), then replicated with that
+/// expiry as `PXAT`, so a replica sets the very same one. It checks its input
+/// as strictly as any command: a state this module could not have written is
+/// an error, and a key holding anything but that algorithm's type is
+/// WRONGTYPE.
 pub unsafe extern "C" fn set_state_command(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
@@ -27,16 +31,19 @@ pub unsafe extern "C" fn set_state_command(
 }
 
 fn set_state_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
-    let result = match (args.len(), args.key(1), args.bytes(2)) {
-        (3, Some(key_name), Some(blob)) => on_tag(
-            blob,
-            SetState {
-                ctx,
-                key_name,
+    let result = match (args.key(1), args.bytes(2)) {
+        (Some(key_name), Some(blob)) => expiry_option(&args.bytes_from(3)).and_then(|expiry| {
+            on_tag(
                 blob,
-            },
-        )
-        .unwrap_or_else(|| Err(CommandError::invalid_state("unknown algorithm"))),
+                SetState {
+                    ctx,
+                    key_name,
+                    blob,
+                    expiry,
+                },
+            )
+            .unwrap_or_else(|| Err(CommandError::invalid_state("unknown algorithm")))
+        }),
         _ => Err(CommandError::Arity),
     };
     match result {
@@ -45,11 +52,39 @@ fn set_state_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     }
 }
 
+/// What `RL.SETSTATE` does to the key's expiry.
+#[derive(Clone, Copy)]
+enum Expiry {
+    /// Put it in its band after the state is fresh.
+    Band,
+    /// Set it to this Unix ms.
+    At(i64),
+    /// Leave it as it is.
+    Keep,
+}
+
+fn expiry_option(words: &[&[u8]]) -> Result<Expiry, CommandError> {
+    match words {
+        [] => Ok(Expiry::Band),
+        [word] if word.eq_ignore_ascii_case(b"KEEPTTL") => Ok(Expiry::Keep),
+        [word, ms] if word.eq_ignore_ascii_case(b"PXAT") => std::str::from_utf8(ms)
+            .ok()
+            .and_then(|t| t.parse::<i64>().ok())
+            .filter(|ms| (1..=MAX_TIMESTAMP_MS).contains(ms))
+            .map(Expiry::At)
+            .ok_or_else(|| {
+                CommandError::must_be("PXAT", "a Unix time in milliseconds from 1 to 2^53")
+            }),
+        [word, ..] => Err(CommandError::unknown_option(word)),
+    }
+}
+
 /// Sets a key to the state `blob` encodes, of the type its tag names.
 struct SetState<'a> {
     ctx: Ctx<'a>,
     key_name: KeyName<'a>,
     blob: &'a [u8],
+    expiry: Expiry,
 }
 
 impl StateVisitor for SetState<'_> {
@@ -60,7 +95,32 @@ impl StateVisitor for SetState<'_> {
         let mut key = Key::open(self.ctx, self.key_name, true);
         let fresh_at_ms = state.fresh_at_ms();
         key.put(state)?;
-        written(self.ctx, &key, self.key_name, fresh_at_ms);
+        self.ctx.signal_modified(self.key_name);
+        match self.expiry {
+            Expiry::At(ms) => key.expire_at(ms),
+            Expiry::Keep => {}
+            Expiry::Band => {
+                key.settle_expiry(fresh_at_ms, expiry_slack_ms());
+                if let Some(at) = key.expires_at() {
+                    // SAFETY: `ctx` is the running command's; format "sbcl"
+                    // takes the key, the state's bytes and length, a C
+                    // string and a long long.
+                    unsafe {
+                        rm!(RedisModule_Replicate)(
+                            self.ctx.raw(),
+                            c"RL.SETSTATE".as_ptr(),
+                            c"sbcl".as_ptr(),
+                            self.key_name.raw(),
+                            buffer_ptr(self.blob),
+                            self.blob.len(),
+                            c"PXAT".as_ptr(),
+                            at,
+                        )
+                    };
+                    return Ok(());
+                }
+            }
+        }
         // SAFETY: `ctx` is the running command's.
         unsafe { rm!(RedisModule_ReplicateVerbatim)(self.ctx.raw()) };
         Ok(())

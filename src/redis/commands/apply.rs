@@ -1,0 +1,129 @@
+//! `RL.APPLY` and `RL.APPLYALL`: replays (`crate::replay`), the way
+//! replicas and AOF files receive what a command changed. Each runs the
+//! command it replays through the very code that ran it on the primary,
+//! on the time and settings the primary pinned. Only a server's primary or
+//! its AOF may send them: a client could otherwise pin any time.
+
+use std::ffi::c_int;
+
+use redis_module::raw;
+
+use super::super::api::{run, Args, Ctx, Status, Words};
+use super::super::replicate::Run;
+use super::all::{all, declare_keys};
+use super::check::{check, throttle};
+use super::leases::{acquire, release};
+use crate::algorithms::Registered;
+use crate::error::CommandError;
+use crate::replay::{Command, Header};
+
+/// `RL.APPLY key <header><word> [word ...]`: a replay of a command on one
+/// key.
+pub unsafe extern "C" fn apply_command(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    // SAFETY: Redis passes this command's own context and arguments.
+    unsafe { run(ctx, argv, argc, apply_reply) }
+}
+
+fn apply_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
+    let result = replayed(ctx, args, 2).and_then(|(header, words)| {
+        let run = Run::replay(ctx, &header);
+        let key_name = args.key(1);
+        let result = match header.command {
+            Command::Check(tag) => check_by_tag(tag, &run, key_name, &words)
+                .unwrap_or_else(|| Err(CommandError::invalid_state("unknown algorithm")))
+                .map(drop),
+            Command::ClThrottle => throttle(&run, key_name, &words).map(drop),
+            Command::Acquire => acquire(&run, key_name, &words, header.drawn_id).map(drop),
+            Command::Release => release(&run, key_name, &words).map(drop),
+            Command::All => Err(CommandError::invalid_state("RL.ALL replays as RL.APPLYALL")),
+        };
+        run.propagate(args, None);
+        result
+    });
+    reply(ctx, result)
+}
+
+/// `RL.APPLYALL <header><numkeys> key [key ...] <specs> [options]`: a replay
+/// of `RL.ALL`.
+pub unsafe extern "C" fn apply_all_command(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    // SAFETY: Redis passes this command's own context and arguments.
+    unsafe { run(ctx, argv, argc, apply_all_reply) }
+}
+
+fn apply_all_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
+    if ctx.is_keys_position_request() {
+        let mut words = args.bytes_from(1);
+        if let Some(first) = words.first_mut() {
+            *first = Header::unglue(first).map_or(&[][..], |(_, numkeys)| numkeys);
+        }
+        return declare_keys(ctx, &words);
+    }
+    let result = replayed(ctx, args, 1).and_then(|(header, words)| {
+        if header.command != Command::All {
+            return Err(CommandError::invalid_state("not a replay of RL.ALL"));
+        }
+        let run = Run::replay(ctx, &header);
+        let result = all(&run, args, &words).map(drop);
+        run.propagate(args, None);
+        result
+    });
+    reply(ctx, result)
+}
+
+/// The header, and the replayed command's words from `glued_at` on (the
+/// header taken off the first), of a replay a primary or an AOF file sent.
+fn replayed<'a>(
+    ctx: Ctx<'_>,
+    args: &Args<'a>,
+    glued_at: usize,
+) -> Result<(Header, Words<'a>), CommandError> {
+    let trusted = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
+    if ctx.flags() & trusted as c_int == 0 {
+        return Err(CommandError::internal_command());
+    }
+    let mut words = args.bytes_from(glued_at);
+    let Some(first) = words.first_mut() else {
+        return Err(CommandError::Arity);
+    };
+    let (header, word) = Header::unglue(first).map_err(|e| CommandError::invalid_state(e.0))?;
+    *first = word;
+    Ok((header, words))
+}
+
+/// Replies go to the primary or the AOF loader, which drop them; an error
+/// still shows in the server's statistics (`INFO errorstats`).
+fn reply(ctx: Ctx<'_>, result: Result<(), CommandError>) -> Status {
+    match result {
+        Ok(()) => ctx.reply_ok(),
+        Err(error) => ctx.reply_error(&error),
+    }
+}
+
+/// Runs the check of the algorithm whose registry tag is `tag`.
+macro_rules! check_by_tag {
+    (
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        others { $($others:tt)* }
+    ) => {
+        fn check_by_tag(
+            tag: u8,
+            run: &Run<'_>,
+            key_name: Option<super::super::api::KeyName<'_>>,
+            words: &[&[u8]],
+        ) -> Option<Result<crate::algorithms::Decision, CommandError>> {
+            $(if tag == <crate::algorithms::$module::$ty as Registered>::TAG {
+                return Some(check::<crate::algorithms::$module::$ty>(run, key_name, words));
+            })*
+            None
+        }
+    };
+}
+crate::registry!(check_by_tag);

@@ -1,0 +1,163 @@
+//! How what a command changed reaches replicas and the AOF: as its replay
+//! (`crate::replay`), the command itself with the primary's time and
+//! settings pinned, whatever the size of the state it changed.
+//!
+//! A client's command is propagated by the cheapest route Redis 7.0 offers a
+//! module: `RedisModule_ReplicateVerbatim`, which copies the command's own
+//! argument vector (taking a reference to each argument) into Redis's queue
+//! of commands to propagate. For the length of that one call two entries of
+//! the vector are swapped: the command's name for `RL.APPLY` (or
+//! `RL.APPLYALL`), and one word for the header glued to it. Then both are put
+//! back, so the command is, to everything else in Redis (slow log, MONITOR,
+//! client tracking, the reply), what the client sent. `RedisModule_Replicate`
+//! would build the same command from scratch, but it looks the command up by
+//! name on every call (about 1,400 instructions, more than the check itself).
+
+use std::cell::Cell;
+use std::ffi::c_char;
+use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
+
+use redis_module::raw;
+
+use super::api::{now_ms, rm, Args, Ctx};
+use super::config::expiry_slack_ms;
+use crate::replay::{Command, Header};
+
+/// The names replays are propagated under, made once at load time and never
+/// freed (Redis's propagation takes and drops references of its own).
+static APPLY: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(std::ptr::null_mut());
+static APPLY_ALL: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Makes the command names replays are propagated under.
+pub fn init() {
+    for (slot, name) in [(&APPLY, &b"RL.APPLY"[..]), (&APPLY_ALL, b"RL.APPLYALL")] {
+        // SAFETY: a null context makes a string owned by the module; the
+        // buffer is read during the call.
+        let string = unsafe {
+            rm!(RedisModule_CreateString)(
+                std::ptr::null_mut(),
+                name.as_ptr().cast::<c_char>(),
+                name.len(),
+            )
+        };
+        slot.store(string, Relaxed);
+    }
+}
+
+/// Where the running command comes from.
+enum Origin {
+    /// A client's command: decided now, on this server's clock and settings,
+    /// counted, and propagated as a replay with its header glued to the
+    /// argument at `glue_at`.
+    Client { command: Command, glue_at: usize },
+    /// A replay, from the primary or the AOF: run on the clock and settings
+    /// it pins, and propagated as it is (to this server's own AOF).
+    Replay,
+}
+
+/// How a command runs: its clock and settings, and what it changed.
+pub struct Run<'a> {
+    pub ctx: Ctx<'a>,
+    pub now_ms: i64,
+    pub expiry_slack_ms: u32,
+    origin: Origin,
+    changed: Cell<bool>,
+}
+
+impl<'a> Run<'a> {
+    /// A client's `command`, whose replay carries its header on the argument
+    /// at `glue_at` (the word after the key; `numkeys` for `RL.ALL`).
+    pub fn live(ctx: Ctx<'a>, command: Command, glue_at: usize) -> Self {
+        Self {
+            ctx,
+            now_ms: now_ms(),
+            expiry_slack_ms: expiry_slack_ms(),
+            origin: Origin::Client { command, glue_at },
+            changed: Cell::new(false),
+        }
+    }
+
+    /// A replay of what `header` pins.
+    pub fn replay(ctx: Ctx<'a>, header: &Header) -> Self {
+        Self {
+            ctx,
+            now_ms: header.now_ms,
+            expiry_slack_ms: header.expiry_slack_ms,
+            origin: Origin::Replay,
+            changed: Cell::new(false),
+        }
+    }
+
+    /// Whether this runs a replay (nothing is counted or announced then:
+    /// the primary did that).
+    pub fn is_replay(&self) -> bool {
+        matches!(self.origin, Origin::Replay)
+    }
+
+    /// Notes that the command changed a key, so that it is propagated.
+    pub fn changed(&self) {
+        self.changed.set(true);
+    }
+
+    /// Propagates the command, when it changed anything: a client's as its
+    /// replay (with `drawn_id`, the lease id the server drew, if any), a
+    /// replay as it is. Call once, after the command's last write.
+    pub fn propagate(&self, args: &Args<'_>, drawn_id: Option<&[u8]>) {
+        if !self.changed.get() {
+            return;
+        }
+        let Origin::Client { command, glue_at } = self.origin else {
+            // SAFETY: the context of the running command.
+            unsafe { rm!(RedisModule_ReplicateVerbatim)(self.ctx.raw()) };
+            return;
+        };
+        let Some(word) = args.bytes(glue_at) else {
+            return;
+        };
+        let header = Header {
+            command,
+            now_ms: self.now_ms,
+            expiry_slack_ms: self.expiry_slack_ms,
+            drawn_id: drawn_id.map(<[u8]>::to_vec),
+        };
+        let name = if command == Command::All {
+            APPLY_ALL.load(Relaxed)
+        } else {
+            APPLY.load(Relaxed)
+        };
+        // The glued word, on the stack when it fits (nearly always: a
+        // header and a number).
+        let len = header.encoded_len() + word.len();
+        let mut on_stack = [0u8; 128];
+        let mut on_heap = Vec::new();
+        let buf = match on_stack.get_mut(..len) {
+            Some(buf) => buf,
+            None => {
+                on_heap.resize(len, 0);
+                &mut on_heap[..]
+            }
+        };
+        header.glue_into(word, buf);
+        // SAFETY: a null context makes a string the module owns; the
+        // buffer is read during the call.
+        let glued = unsafe {
+            rm!(RedisModule_CreateString)(std::ptr::null_mut(), buf.as_ptr().cast::<c_char>(), len)
+        };
+        // SAFETY: `args` is this command's argument vector, which Redis also
+        // hands `RedisModule_ReplicateVerbatim` (it reads the running
+        // client's vector, and a module command is given that very vector);
+        // `glue_at` is within it (its word was just read) and so is 0. Both
+        // entries are put back before anything else runs. The propagation
+        // call takes its own reference to every argument, so the glued
+        // string outlives the reference dropped here, and the name's
+        // reference count never reaches zero (`init` keeps one).
+        unsafe {
+            let command_name = args.replace(0, name);
+            let original = args.replace(glue_at, glued);
+            rm!(RedisModule_ReplicateVerbatim)(self.ctx.raw());
+            args.replace(glue_at, original);
+            args.replace(0, command_name);
+            rm!(RedisModule_FreeString)(std::ptr::null_mut(), glued);
+        }
+    }
+}
