@@ -38,7 +38,7 @@ Environment (each also a command-line option):
                      or two; the figures mean little)
   BENCH_ROUNDS       rounds of the CPU and throughput figures (default 3; a
                      figure is the median of the rounds)
-  BENCH_REQUESTS     requests per redis-benchmark run, unpipelined (default 30000)
+  BENCH_REQUESTS     requests per redis-benchmark run, unpipelined (default 20000)
   BENCH_REQUESTS_P32 requests per run at pipeline 32 (default 200000; half
                      that for the Lua scripts)
   BENCH_MEMORY_KEYS  keys per memory figure (default 100000)
@@ -68,7 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchkit import Abort  # noqa: E402
 from benchkit import cases, memory, report, states, throughput  # noqa: E402
-from benchkit.server import Server, Servers, start_replica_pair  # noqa: E402
+from benchkit.server import Server, Servers, start_replica_pair, wait_in_sync  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 LUA_DIR = ROOT / "benches" / "lua"
@@ -80,12 +80,12 @@ class Counts:
 
     def __init__(self, quick):
         self.rounds = 1 if quick else 3
-        self.requests = 2_000 if quick else 30_000
+        self.requests = 2_000 if quick else 20_000
         self.requests_p32 = 20_000 if quick else 200_000
         self.warmup = 20_000 if quick else throughput.KEYSPACE
         self.memory_keys = 2_000 if quick else 100_000
         # Full logs of the memory figures: (entries, keys).
-        self.log_fills = [(100, 20), (1000, 5)] if quick else memory.LOG_FILLS
+        self.log_fills = [(100, 200), (1000, 20)] if quick else memory.LOG_FILLS
         # Replication: keys, checks a key, checks on the medium and big states.
         self.repl_keys = 20 if quick else 100
         self.repl_checks_per_key = 5 if quick else 10
@@ -226,6 +226,68 @@ class Run:
         self.min_ticks = None
 
 
+def measure(args, results, run, builder, need_states, deadline, log):
+    """Every part not skipped, into `results`; the Lua scripts' SHAs."""
+    counts = args.counts
+    algorithms = results.algorithms
+    extra = [cases.CL_THROTTLE]
+    lua = cases.LUA_TESTS
+    checks = algorithms + extra + lua
+    workdir = builder.workdir
+    shas = {}
+    if not {"memory", "bare", "big"} <= args.skip:
+        with Servers() as servers:
+            server = servers.start(Server(args.server, [args.module], workdir, "bare"))
+            log(f"bare: redis-server on 127.0.0.1:{server.port}, module {args.module}")
+            client = server.client()
+            results.info = client.info("server")
+            results.info.update(client.info("memory"))
+            shas = throughput.load_scripts(client, lua, LUA_DIR)
+            throughput.check_twins(client, algorithms + extra, lua, shas)
+            client.call("FLUSHALL", "SYNC")
+            if "memory" not in args.skip:
+                results.memory = memory.measure_memory(
+                    client, shas, cases.memory_tests(algorithms), counts.memory_keys, counts.log_fills, log
+                )
+            client.close()
+            if need_states:
+                # The big lease set, started in the background: done before
+                # anything that needs the CPU.
+                builder.leases(None, counts.leases)
+            if "bare" not in args.skip:
+                phase = throughput.Phase("bare", checks)
+                results.bare = throughput.run_phase(phase, server, shas, run.settings, deadline, log)
+            if "big" not in args.skip:
+                results.big = states.measure_big_states(server, builder, counts, deadline, log)
+    if "replica" not in args.skip:
+        with Servers() as servers:
+            primary, replica = start_replica_pair(servers, args.server, [args.module], workdir)
+            log(f"replica: primary on 127.0.0.1:{primary.port}, replica on {replica.port}, in sync")
+            client = primary.client()
+            if not results.info:
+                results.info = client.info("server")
+                results.info.update(client.info("memory"))
+            shas = throughput.load_scripts(client, lua, LUA_DIR)
+            client.close()
+            results.replication = states.measure_replication(
+                primary, algorithms, extra, lua, shas, builder, counts, deadline, log
+            )
+            phase = throughput.Phase("replica", checks)
+            results.replica = throughput.run_phase(phase, primary, shas, run.settings, deadline, log)
+            # The figures count only if the replica stayed attached (a
+            # replica that falls too far behind is disconnected).
+            if replica.process.poll() is not None:
+                raise Abort(f"the replica died during the run:\n{replica.log_tail()}")
+            wait_in_sync(primary, replica, timeout=min(120, deadline.left()))
+    if not results.cell_skipped:
+        with Servers() as servers:
+            server = servers.start(Server(args.server, [args.cell_module], workdir, "redis-cell"))
+            log(f"redis-cell: redis-server on 127.0.0.1:{server.port}, module {args.cell_module}")
+            phase = throughput.Phase("redis-cell", [cases.CL_THROTTLE])
+            results.cell = throughput.run_phase(phase, server, {}, run.settings, deadline, log)
+    return shas
+
+
 def main():
     args = parse_args()
     counts = args.counts
@@ -238,7 +300,6 @@ def main():
     algorithms = cases.algorithm_tests(args.registry)
     extra = [cases.CL_THROTTLE]
     lua = cases.LUA_TESTS
-    checks = algorithms + extra + lua
     cell_module = args.cell_module
     if "cell" in args.skip:
         cell_skipped = "skipped (BENCH_SKIP)"
@@ -264,56 +325,19 @@ def main():
     if cell_skipped:
         log(f"redis-cell: {cell_skipped}")
     results = report.Results()
+    results.algorithms = algorithms
     results.cell_skipped = cell_skipped
-    results.cell_module = cell_module
+    results.cell_module = f"`{cell_module}`, {module_id(cell_module)}" if not cell_skipped else None
     with tempfile.TemporaryDirectory(prefix="rl-bench-") as workdir:
         builder = states.StateBuilder(ROOT, workdir, deadline, log)
-        if not {"big", "replica"} <= args.skip:
+        need_states = not {"big", "replica"} <= args.skip
+        if need_states:
             builder.build()
-        shas = {}
-        if not {"memory", "bare", "big"} <= args.skip:
-            with Servers() as servers:
-                server = servers.start(Server(args.server, [args.module], workdir, "bare"))
-                log(f"bare: redis-server on 127.0.0.1:{server.port}, module {args.module}")
-                client = server.client()
-                results.info = client.info("server")
-                results.info.update(client.info("memory"))
-                shas = throughput.load_scripts(client, lua, LUA_DIR)
-                throughput.check_twins(client, algorithms + extra, lua, shas)
-                client.call("FLUSHALL", "SYNC")
-                if "memory" not in args.skip:
-                    results.memory = memory.measure_memory(
-                        client, shas, cases.memory_tests(algorithms), counts.memory_keys, counts.log_fills, log
-                    )
-                client.close()
-                if "bare" not in args.skip:
-                    phase = throughput.Phase("bare", checks)
-                    results.bare = throughput.run_phase(phase, server, shas, run.settings, deadline, log)
-                if "big" not in args.skip:
-                    results.big = states.measure_big_states(server, builder, counts, deadline, log)
-        if "replica" not in args.skip:
-            with Servers() as servers:
-                primary, replica = start_replica_pair(servers, args.server, [args.module], workdir)
-                log(f"replica: primary on 127.0.0.1:{primary.port}, replica on {replica.port}, in sync")
-                client = primary.client()
-                if not results.info:
-                    results.info = client.info("server")
-                    results.info.update(client.info("memory"))
-                shas = throughput.load_scripts(client, lua, LUA_DIR)
-                client.close()
-                results.replication = states.measure_replication(
-                    primary, algorithms, extra, lua, shas, builder, counts, deadline, log
-                )
-                phase = throughput.Phase("replica", checks)
-                results.replica = throughput.run_phase(phase, primary, shas, run.settings, deadline, log)
-                if replica.process.poll() is not None:
-                    raise Abort(f"the replica died during the run:\n{replica.log_tail()}")
-        if not cell_skipped:
-            with Servers() as servers:
-                server = servers.start(Server(args.server, [cell_module], workdir, "redis-cell"))
-                log(f"redis-cell: redis-server on 127.0.0.1:{server.port}, module {cell_module}")
-                phase = throughput.Phase("redis-cell", [cases.CL_THROTTLE])
-                results.cell = throughput.run_phase(phase, server, {}, run.settings, deadline, log)
+            builder.start_leases(counts.leases)
+        try:
+            shas = measure(args, results, run, builder, need_states, deadline, log)
+        finally:
+            builder.stop()
     run.seconds = time.monotonic() - t0
     phases = [p for p in (results.bare, results.replica, results.cell) if p]
     if phases:

@@ -23,6 +23,7 @@ class Results:
 
     def __init__(self):
         self.info = {}
+        self.algorithms = []  # the registry's, as cases.Test
         self.memory = None  # (rows, bytes per entry of a full 1000-entry log)
         self.bare = None  # throughput.Phase
         self.replica = None
