@@ -97,7 +97,8 @@ class StateBuilder:
         argv = self._argv(args, out)
         try:
             done = subprocess.run(
-                argv, capture_output=True, text=True, timeout=self.deadline.left(), stdin=subprocess.DEVNULL
+                argv, capture_output=True, text=True, timeout=self.deadline.left(), stdin=subprocess.DEVNULL,
+                preexec_fn=die_with_parent,
             )
         except subprocess.TimeoutExpired:
             raise Abort(f"{shlex.join(argv)} took longer than the run's BENCH_TIMEOUT")
