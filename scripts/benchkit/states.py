@@ -252,7 +252,7 @@ def measure_replication(primary, algorithms, extra, lua, shas, builder, counts, 
             commands = [["RL.SLIDINGLOG", key, str(limit), LOG_WINDOW]] * checks
             figure = bytes_per_check(client, commands, f"RL.SLIDINGLOG on {entries:,} entries")
             rows.append(
-                ReplicationRow("RL.SLIDINGLOG", f"{entries:,} entries (limit {limit:,}, 1 h)", checks, figure, True)
+                ReplicationRow("RL.SLIDINGLOG", f"{entries:,} entries, limit {limit:,}, window 1 h", checks, figure, True)
             )
             log(f"replication: RL.SLIDINGLOG on {entries:,} entries: {figure:,.1f} B a check")
         # Renewals (acquiring again with a held id) leave the key's size as
