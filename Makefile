@@ -6,7 +6,7 @@ MODULE_DEBUG := target/debug/libredis_ratelimit.so
 
 VALKEY_DIR := target/valkey
 
-.PHONY: run test test-valkey soak deps build build-debug lint accuracy bench bench-core bench-profile fuzz
+.PHONY: run test test-valkey soak deps build build-debug lint accuracy bench bench-quick bench-core bench-profile fuzz
 
 deps:
 	@scripts/ensure-deps.sh
@@ -51,12 +51,21 @@ lint:
 accuracy:
 	cargo run --release --example accuracy
 
-# Benchmarks (docs/benchmarks.md). `bench`: its own redis-server with the
-# release module, on a free loopback port: ops/s, latency and memory per key
-# of every check command against INCR and Lua, written into
-# docs/benchmarks.md; a few minutes (BENCH_ROUNDS=n for more rounds).
+# Benchmarks (docs/benchmarks.md). `bench`: its own redis-servers (one bare,
+# then a primary with a replica) with the release module, on free loopback
+# ports: server CPU per request and throughput of every check command against
+# INCR and Lua, replication bytes per check, checks on big states (a 1M-entry
+# sliding log, 100k leases, built by examples/bench_states.rs) and memory per
+# key, with the goals, written into docs/benchmarks.md; about 10 min plus,
+# the first time, a release build of the dev-dependencies. RL_MODULE=path
+# measures another build; REDIS_CELL_MODULE=path adds redis-cell;
+# BENCH_ROUNDS=n for more rounds. `bench-quick`: tiny counts, one round,
+# printed only: to try the harness (its figures mean little).
 bench: build
 	python3 scripts/bench.py
+
+bench-quick: build
+	BENCH_QUICK=1 python3 scripts/bench.py --no-write
 
 # Nanoseconds per check of each algorithm core (criterion, benches/); about
 # a minute, plus a release build of the dev-dependencies the first time.

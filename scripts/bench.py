@@ -1,180 +1,100 @@
 #!/usr/bin/env python3
-"""`make bench`: the module's commands against INCR and Lua, on one server.
+"""`make bench`: what each check costs the server, next to INCR and Lua.
 
-Starts its own redis-server with the module (loopback, a free port, a private
-temporary directory; stopped on exit, on Ctrl-C, on any failure, and killed
-with this process if it dies), then, in one run:
+Starts its own redis-server processes with the module under test (loopback,
+free ports, a private temporary directory; stopped on exit, on Ctrl-C, on any
+failure, and killed with this process if it dies), then, in one run:
 
-1. memory per key: `MEMORY USAGE` of one key and the growth of `used_memory`
-   over many keys, for INCR, each RL type, the Lua twins, and the sliding
-   logs (RL.SLIDINGLOG and a sorted set) at 100 and 1000 entries;
-2. throughput and latency: redis-benchmark (50 clients, 100k random keys)
-   for INCR, every RL check command, CL.THROTTLE and the Lua twins
-   (benches/lua/*.lua, by EVALSHA), unpipelined and at pipeline 32. INCR is
-   measured right before each command, in several rounds: on a shared machine
-   absolute numbers drift, the ratio to the INCR run beside it holds better;
-3. a check that most requests were allowed: a sample of the same keys, right
-   after each command's last run.
+1. memory per key (bare server): `MEMORY USAGE` of one key and the growth of
+   `used_memory` over many keys, for INCR, each algorithm, the Lua twins,
+   and full sliding logs;
+2. server CPU per request and throughput, bare (one server): redis-benchmark
+   (50 clients, 100k random keys, pipeline 32 and unpipelined) for INCR,
+   every check command, CL.THROTTLE and the Lua twins (benches/lua/*.lua, by
+   EVALSHA), each right after an INCR run, in rounds; the server's CPU from
+   /proc/<pid>/stat before and after each run;
+3. checks on big states (bare): a 1M-entry sliding log against a small one
+   (allowed and denied), RL.ACQUIRE / renew / RL.RELEASE on 100k leases
+   against 10, the states built by examples/bench_states.rs;
+4. with one replica attached: replication bytes per check of every command
+   (small states, a 1000-entry and a 1M-entry log, 10 and 100k leases), then
+   step 2 again, the primary's CPU;
+5. CL.THROTTLE and INCR on redis-cell, when REDIS_CELL_MODULE names it.
 
-Prints the tables and writes them into docs/benchmarks.md, between the
-markers `<!-- bench:begin -->` and `<!-- bench:end -->` (the rest of that file
-is written by hand). Python 3 standard library only.
+The algorithms are those of src/algorithms/registry.rs, each measured from
+its case in scripts/benchkit/cases.py (the bench stops when the two
+disagree). Prints the tables and the goals, and writes them into
+docs/benchmarks.md between the markers `<!-- bench:begin -->` and
+`<!-- bench:end -->`. Python 3 standard library only (scripts/benchkit/).
 
 Environment (each also a command-line option):
-  BENCH_ROUNDS       rounds of the throughput figures (default 3; the figure
-                     is the median of the rounds)
-  BENCH_REQUESTS     requests per redis-benchmark run, unpipelined (default 30000)
-  BENCH_REQUESTS_P32 requests per run at pipeline 32 (default 200000; half
-                     that for the Lua scripts, 5 to 10 times slower)
-  BENCH_MEMORY_KEYS  keys per memory figure (default 100000)
-  BENCH_TIMEOUT      seconds after which the whole run gives up (default 1200)
-  RL_MODULE          the module (default target/release/libredis_ratelimit.so,
-                     under CARGO_TARGET_DIR when that is set)
+  RL_MODULE          the module under test (default
+                     target/release/libredis_ratelimit.so, under
+                     CARGO_TARGET_DIR when that is set): run the same harness
+                     on two builds to compare them
   RL_SERVER          the server binary (default redis-server)
+  REDIS_CELL_MODULE  libredis_cell.so, to measure redis-cell's CL.THROTTLE too
+  BENCH_QUICK=1      tiny counts and one round, to try the harness (a minute
+                     or two; the figures mean little)
+  BENCH_ROUNDS       rounds of the CPU and throughput figures (default 3; a
+                     figure is the median of the rounds)
+  BENCH_REQUESTS     requests per redis-benchmark run, unpipelined (default 20000)
+  BENCH_REQUESTS_P32 requests per run at pipeline 32 (default 200000; half
+                     that for the Lua scripts)
+  BENCH_MEMORY_KEYS  keys per memory figure (default 100000)
+  BENCH_REPS         repetitions of each big-state figure (default 500)
+  BENCH_LEASES       leases of the big lease set (default 100000)
+  BENCH_TIMEOUT      seconds after which the whole run gives up (default 1200)
+  BENCH_SKIP         parts to leave out, comma-separated: memory, bare, big,
+                     replica, cell
 """
 
 import argparse
-import csv
-import ctypes
 import datetime
-import io
+import hashlib
 import os
-import platform
-import random
 import re
 import shlex
 import signal
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+# No __pycache__ beside the sources: the package is small and run rarely.
+sys.dont_write_bytecode = True
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchkit import Abort  # noqa: E402
+from benchkit import cases, memory, report, states, throughput  # noqa: E402
+from benchkit.server import Server, Servers, start_replica_pair, wait_in_sync  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 LUA_DIR = ROOT / "benches" / "lua"
-BEGIN_MARK = "<!-- bench:begin -->"
-END_MARK = "<!-- bench:end -->"
-
-CLIENTS = 50
-KEYSPACE = 100_000
-PIPELINES = (1, 32)
-# The pipeline depth the goals are judged at.
-GOAL_PIPELINE = 32
-# redis-benchmark replaces this in key names with a random 12-digit number
-# below KEYSPACE.
-RAND = "__rand_int__"
-
-# The throughput tests: label, command words (KEY stands for the key), the
-# Lua script (a file in benches/lua) for the Lua ones, the label of the Lua
-# twin for the RL ones. Parameters are realistic and the same for a command
-# and its twin: capacity 100 refilled at 10 a second; limit 100 a minute.
-# At 100k keys even a million requests a second give each key about 10 a
-# second, so nearly every request is allowed (step 3 checks).
-KEY = object()
-LUA_TB = "Lua token bucket (hash)"
-LUA_SC = "Lua sliding counter (hash, 2 counters)"
-LUA_FW = "Lua fixed window (INCRBY + PEXPIREAT)"
-LUA_SL = "Lua sliding log (sorted set)"
-LUA_GCRA = "Lua GCRA (string)"
+PARTS = ("memory", "bare", "big", "replica", "cell")
 
 
-class Test:
-    def __init__(self, label, prefix, words, script=None, twin=None, goal=None):
-        self.label = label
-        self.prefix = prefix
-        self.words = words
-        self.script = script
-        self.twin = twin
-        # The least throughput, as a ratio to INCR at pipeline 32.
-        self.goal = goal
+class Counts:
+    """How much of everything a run does: the defaults, or BENCH_QUICK's."""
 
-    def command(self, key, sha=None):
-        """The command for `key`, EVALSHA with `sha` for a Lua test."""
-        words = [key if w is KEY else w for w in self.words]
-        if self.script:
-            return ["EVALSHA", sha, "1"] + words
-        return words
-
-    def allowed(self, reply):
-        """Whether a reply of this command allowed the request."""
-        if self.label == "CL.THROTTLE":
-            return reply[0] == 0
-        return reply[0] == 1
-
-
-INCR = Test("INCR", "b:incr:", ["INCR", KEY])
-TESTS = [
-    Test("RL.TOKENBUCKET", "b:tb:", ["RL.TOKENBUCKET", KEY, "100", "10"], twin=LUA_TB, goal=0.85),
-    Test("RL.SLIDINGCOUNTER", "b:sc:", ["RL.SLIDINGCOUNTER", KEY, "100", "60"], twin=LUA_SC, goal=0.85),
-    Test("RL.FIXEDWINDOW", "b:fw:", ["RL.FIXEDWINDOW", KEY, "100", "60"], twin=LUA_FW, goal=0.7),
-    Test("RL.SLIDINGLOG", "b:sl:", ["RL.SLIDINGLOG", KEY, "100", "60"], twin=LUA_SL, goal=0.7),
-    Test("RL.LEAKYBUCKET", "b:lb:", ["RL.LEAKYBUCKET", KEY, "100", "10"], twin=LUA_GCRA, goal=0.7),
-    Test("RL.GCRA", "b:gcra:", ["RL.GCRA", KEY, "99", "10", "1"], twin=LUA_GCRA, goal=0.7),
-    Test("CL.THROTTLE", "b:cl:", ["CL.THROTTLE", KEY, "99", "10", "1"], twin=LUA_GCRA, goal=0.7),
-    Test(LUA_TB, "b:lua:tb:", [KEY, "100", "10"], script="token_bucket.lua"),
-    Test(LUA_SC, "b:lua:sc:", [KEY, "100", "60"], script="sliding_counter.lua"),
-    Test(LUA_FW, "b:lua:fw:", [KEY, "100", "60"], script="fixed_window.lua"),
-    Test(LUA_SL, "b:lua:sl:", [KEY, "100", "60"], script="sliding_log.lua"),
-    Test(LUA_GCRA, "b:lua:gcra:", [KEY, "99", "10", "1"], script="gcra.lua"),
-]
-BY_LABEL = {t.label: t for t in TESTS}
-
-# Memory per key: the same commands, with parameters that keep every key for
-# minutes (a slow refill, a long window) so none expires while it is counted.
-# They change no byte of the state: every number is stored at a fixed size,
-# and the Lua states hold the same values after one request.
-MEMORY_TESTS = [
-    ("INCR counter", INCR.label, ["INCR", KEY]),
-    ("RL.TOKENBUCKET", None, ["RL.TOKENBUCKET", KEY, "100", "0.001"]),
-    ("RL.SLIDINGCOUNTER", None, ["RL.SLIDINGCOUNTER", KEY, "100", "60"]),
-    ("RL.FIXEDWINDOW", None, ["RL.FIXEDWINDOW", KEY, "100", "3600"]),
-    ("RL.SLIDINGLOG, 1 request", None, ["RL.SLIDINGLOG", KEY, "100", "60"]),
-    ("RL.LEAKYBUCKET", None, ["RL.LEAKYBUCKET", KEY, "100", "0.001"]),
-    ("RL.GCRA / CL.THROTTLE", None, ["RL.GCRA", KEY, "99", "1", "1000"]),
-    (LUA_TB, LUA_TB, [KEY, "100", "0.001"]),
-    (LUA_SC, LUA_SC, [KEY, "100", "60"]),
-    (LUA_FW, LUA_FW, [KEY, "100", "3600"]),
-    (LUA_SL + ", 1 request", LUA_SL, [KEY, "100", "60"]),
-    (LUA_GCRA, LUA_GCRA, [KEY, "99", "1", "1000"]),
-]
-# Full logs: (entries, keys filled). A window of an hour keeps every entry.
-LOG_FILLS = [(100, 1000), (1000, 200)]
-LOG_WINDOW_S = "3600"
-# Requests sampled per command to check that most were allowed.
-ALLOWED_SAMPLE = 2000
-
-
-class Abort(Exception):
-    """The run cannot go on; the message says why and what to do."""
-
-
-class ReplyError(Exception):
-    """An error reply from the server."""
-
-
-# ---------------------------------------------------------------------------
-# Processes that die with this one.
-
-
-def _die_with_parent():
-    """In a child before exec: be killed when this process dies, however it
-    dies (Linux; elsewhere the `finally` blocks are the only guard)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
-
-
-def _raise_interrupt(signum, _frame):
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def _raise_overtime(_signum, _frame):
-    raise Abort("the run took longer than BENCH_TIMEOUT; stopped")
+    def __init__(self, quick):
+        self.rounds = 1 if quick else 3
+        self.requests = 2_000 if quick else 20_000
+        self.requests_p32 = 20_000 if quick else 200_000
+        self.warmup = 20_000 if quick else throughput.KEYSPACE
+        self.memory_keys = 2_000 if quick else 100_000
+        # Full logs of the memory figures: (entries, keys).
+        self.log_fills = [(100, 200), (1000, 20)] if quick else memory.LOG_FILLS
+        # Replication: keys, checks a key, checks on the medium and big states.
+        self.repl_keys = 20 if quick else 100
+        self.repl_checks_per_key = 5 if quick else 10
+        self.repl_medium_checks = 20 if quick else 200
+        self.repl_big_checks = 3 if quick else 10
+        # Big states.
+        self.big_log = 1_000_000
+        self.leases = 10_000 if quick else 100_000
+        self.big_reps = 30 if quick else 500
 
 
 class Deadline:
@@ -189,538 +109,12 @@ class Deadline:
         return left
 
 
-# ---------------------------------------------------------------------------
-# A minimal RESP2 client, for set-up, memory figures and checks.
+def _raise_interrupt(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _encode(args):
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        data = arg if isinstance(arg, bytes) else str(arg).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(out)
-
-
-class Client:
-    def __init__(self, port, timeout=60):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.reader = self.sock.makefile("rb")
-
-    def close(self):
-        self.reader.close()
-        self.sock.close()
-
-    def _read(self):
-        line = self.reader.readline()
-        if not line.endswith(b"\r\n"):
-            raise Abort("the server closed the connection")
-        kind, rest = line[:1], line[1:-2]
-        if kind == b"+":
-            return rest.decode()
-        if kind == b"-":
-            return ReplyError(rest.decode())
-        if kind == b":":
-            return int(rest)
-        if kind == b"$":
-            size = int(rest)
-            if size < 0:
-                return None
-            data = self.reader.read(size + 2)
-            return data[:-2].decode(errors="replace")
-        if kind == b"*":
-            size = int(rest)
-            return None if size < 0 else [self._read() for _ in range(size)]
-        raise Abort(f"unexpected reply from the server: {line!r}")
-
-    def pipeline(self, commands, batch=1000):
-        """Sends `commands` in batches; the replies, errors as ReplyError."""
-        replies = []
-        for start in range(0, len(commands), batch):
-            chunk = commands[start : start + batch]
-            self.sock.sendall(b"".join(_encode(c) for c in chunk))
-            replies.extend(self._read() for _ in chunk)
-        return replies
-
-    def call(self, *args):
-        reply = self.pipeline([args])[0]
-        if isinstance(reply, ReplyError):
-            raise ReplyError(f"{' '.join(map(str, args))}: {reply}")
-        return reply
-
-    def info(self, section):
-        text = self.call("INFO", section)
-        return dict(
-            line.split(":", 1) for line in text.splitlines() if ":" in line and not line.startswith("#")
-        )
-
-
-# ---------------------------------------------------------------------------
-# The server.
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, binary, module, workdir):
-        self.binary = binary
-        self.module = module
-        self.workdir = Path(workdir)
-        self.process = None
-        self.port = None
-
-    def start(self):
-        log_path = self.workdir / "server.log"
-        for _attempt in range(5):
-            self.port = _free_port()
-            args = [
-                self.binary,
-                "--port", str(self.port),
-                "--bind", "127.0.0.1",
-                "--protected-mode", "yes",
-                "--dir", str(self.workdir),
-                "--save", "",
-                "--appendonly", "no",
-                "--daemonize", "no",
-                # DEBUG SET-ACTIVE-EXPIRE, for the memory figures.
-                "--enable-debug-command", "local",
-                "--loadmodule", str(self.module),
-            ]
-            with open(log_path, "wb") as log:
-                self.process = subprocess.Popen(
-                    args,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    preexec_fn=_die_with_parent,
-                )
-            if self._wait_ready(10):
-                return
-            self.stop()
-            text = log_path.read_text(errors="replace")
-            if "Address already in use" not in text:
-                raise Abort(f"redis-server did not start:\n{text[-2000:]}")
-        raise Abort("redis-server found no free port in 5 tries")
-
-    def _wait_ready(self, seconds):
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            if self.process.poll() is not None:
-                return False
-            try:
-                client = Client(self.port, timeout=2)
-                try:
-                    if client.call("PING") == "PONG":
-                        return True
-                finally:
-                    client.close()
-            except (OSError, ReplyError, Abort):
-                time.sleep(0.05)
-        return False
-
-    def stop(self):
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
-
-
-# ---------------------------------------------------------------------------
-# redis-benchmark.
-
-
-class Sample:
-    def __init__(self, rps, p50_ms, p99_ms):
-        self.rps = rps
-        self.p50_ms = p50_ms
-        self.p99_ms = p99_ms
-
-
-def benchmark_argv(port, pipeline, requests, command):
-    return [
-        "redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(CLIENTS),
-        "-n", str(requests), "-r", str(KEYSPACE), "-P", str(pipeline), "--csv",
-    ] + command
-
-
-def run_benchmark(port, pipeline, requests, command, deadline):
-    argv = benchmark_argv(port, pipeline, requests, command)
-    try:
-        done = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=min(300, deadline.left()),
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
-        )
-    except subprocess.TimeoutExpired as e:
-        raise Abort(f"redis-benchmark did not finish in {e.timeout:.0f} s: {shlex.join(argv)}")
-    # redis-benchmark exits with 1 and prints "Error from server" on stderr
-    # when a reply is an error.
-    if done.returncode != 0 or "Error" in done.stderr:
-        raise Abort(f"{shlex.join(argv)} failed ({done.returncode}):\n{done.stderr}{done.stdout}")
-    rows = list(csv.DictReader(io.StringIO(done.stdout)))
-    if len(rows) != 1:
-        raise Abort(f"unexpected redis-benchmark output:\n{done.stdout}")
-    row = rows[0]
-    return Sample(float(row["rps"]), float(row["p50_latency_ms"]), float(row["p99_latency_ms"]))
-
-
-# ---------------------------------------------------------------------------
-# The phases.
-
-
-def load_scripts(client):
-    shas = {}
-    for test in TESTS:
-        if test.script:
-            source = (LUA_DIR / test.script).read_text()
-            shas[test.label] = client.call("SCRIPT", "LOAD", source)
-    return shas
-
-
-def check_twins(client, shas):
-    """Each RL command and its Lua twin answer the same on fresh keys: the
-    same first reply (allowed, limit, remaining), and the same number allowed
-    of limit + 1 requests at once. A mismatch means the comparison would not
-    be like with like."""
-    problems = []
-    for test in TESTS:
-        if not test.twin or test.label in ("RL.LEAKYBUCKET", "CL.THROTTLE"):
-            continue
-        twin = BY_LABEL[test.twin]
-        runs = []
-        for t, sha in ((test, None), (twin, shas[twin.label])):
-            key = f"check:{t.prefix}"
-            # Parameters of the twins agree word for word after the key.
-            replies = client.pipeline([t.command(key, sha)] * 101)
-            for reply in replies:
-                if isinstance(reply, ReplyError):
-                    raise Abort(f"{t.label}: {reply}")
-            runs.append((replies[0][:3], sum(1 for r in replies if t.allowed(r))))
-        (first, allowed), (twin_first, twin_allowed) = runs
-        if first != twin_first or abs(allowed - twin_allowed) > 1:
-            problems.append(
-                f"{test.label} {first}, {allowed} allowed of 101; "
-                f"{twin.label} {twin_first}, {twin_allowed} allowed"
-            )
-    if problems:
-        raise Abort("Lua twins disagree with the module:\n  " + "\n  ".join(problems))
-
-
-def used_memory(client):
-    return int(client.info("memory")["used_memory"])
-
-
-# The key whose MEMORY USAGE is reported: a 3-byte name, as in the README's
-# table (a key's name counts in its MEMORY USAGE).
-SAMPLE_KEY = "k:s"
-
-
-def memory_names(count):
-    """`count` key names: 14 bytes each for every type, so that only the
-    values differ, but for the last one, SAMPLE_KEY (one key in thousands:
-    no visible change to the growth per key)."""
-    return [f"m:{i:012d}" for i in range(count - 1)] + [SAMPLE_KEY]
-
-
-def measure_memory(client, shas, keys, log):
-    """Rows: (label, MEMORY USAGE of one key, used_memory growth per key,
-    keys, encoding)."""
-    rows = []
-    client.call("DEBUG", "SET-ACTIVE-EXPIRE", "0")
-    try:
-        for label, twin, words in MEMORY_TESTS:
-            test = BY_LABEL.get(twin) if twin else None
-            sha = shas.get(twin) if twin else None
-
-            def command(key, test=test, words=words, sha=sha):
-                if test is not None and test.script:
-                    return ["EVALSHA", sha, "1"] + [key if w is KEY else w for w in words]
-                return [key if w is KEY else w for w in words]
-
-            names = memory_names(keys)
-            rows.append(_memory_of(client, label, [[command(k) for k in names]], names))
-            log(f"memory: {label}: {rows[-1][1]} B, {rows[-1][2]:.1f} B a key")
-        for entries, count in LOG_FILLS:
-            for label, make in (
-                ("RL.SLIDINGLOG", lambda k, e=entries: ["RL.SLIDINGLOG", k, str(e), LOG_WINDOW_S]),
-                (LUA_SL, lambda k, e=entries: ["EVALSHA", shas[LUA_SL], "1", k, str(e), LOG_WINDOW_S]),
-            ):
-                names = memory_names(count)
-                # One request a key a round, rounds over 1 ms apart: entries
-                # at distinct milliseconds, which the module cannot merge.
-                rounds = [[make(k) for k in names] for _ in range(entries)]
-                row = _memory_of(client, f"{label}, {entries} entries", rounds, names, pause=0.0011)
-                if label == LUA_SL:
-                    cards = client.pipeline([["ZCARD", k] for k in names])
-                    if any(c != entries for c in cards):
-                        raise Abort(f"{label}: a sorted set does not hold {entries} entries")
-                rows.append(row)
-                log(f"memory: {row[0]}: {row[1]} B, {row[2]:.1f} B a key")
-        # The one-request log at limit 1000, for bytes per entry as the README
-        # counts them: (full - one request) / 999.
-        names = memory_names(1)
-        one = _memory_of(client, "one", [[["RL.SLIDINGLOG", names[0], "1000", LOG_WINDOW_S]]], names)
-    finally:
-        client.call("DEBUG", "SET-ACTIVE-EXPIRE", "1")
-        client.call("FLUSHALL", "SYNC")
-    return rows, one[1]
-
-
-def _memory_of(client, label, rounds, names, pause=0.0):
-    """Runs `rounds` (lists of commands, each round after the previous one's
-    replies and `pause` seconds) on an empty server, every request of which
-    must be allowed; the row of `label`."""
-    client.call("FLUSHALL", "SYNC")
-    before = used_memory(client)
-    for commands in rounds:
-        for reply in client.pipeline(commands):
-            if isinstance(reply, ReplyError):
-                raise Abort(f"{label}: {reply}")
-            if isinstance(reply, list) and reply[0] != 1:
-                raise Abort(f"{label}: a request was denied while filling: {reply}")
-        if pause:
-            time.sleep(pause)
-    # Let the server's cron finish growing its hash tables (incremental
-    # rehashing keeps two tables for a while).
-    time.sleep(0.3)
-    after = used_memory(client)
-    if client.call("DBSIZE") != len(names):
-        raise Abort(f"{label}: {len(names)} keys were written, the server holds {client.call('DBSIZE')}")
-    sample = names[-1]  # the newest key: none has expired before it
-    usage = client.call("MEMORY", "USAGE", sample, "SAMPLES", "0")
-    encoding = client.call("OBJECT", "ENCODING", sample)
-    if usage is None:
-        raise Abort(f"{label}: the key {sample} vanished before it was measured")
-    return (label, usage, (after - before) / len(names), len(names), encoding)
-
-
-def sample_allowed(client, test, sha):
-    """The share allowed of requests on random keys of the benchmark's key
-    space, sent right after the benchmark."""
-    keys = [f"{test.prefix}{random.randrange(KEYSPACE):012d}" for _ in range(ALLOWED_SAMPLE)]
-    replies = client.pipeline([test.command(k, sha) for k in keys])
-    for reply in replies:
-        if isinstance(reply, ReplyError):
-            raise Abort(f"{test.label}: {reply}")
-    return sum(1 for r in replies if test.allowed(r)) / len(replies)
-
-
-def bench_command(test, shas):
-    """The redis-benchmark command words of a test."""
-    return test.command(test.prefix + RAND, shas.get(test.label))
-
-
-def requests(args, test, pipeline):
-    """Requests in one redis-benchmark run of `test`."""
-    if pipeline == 1:
-        return args.requests
-    return args.requests_p32 // 2 if test.script else args.requests_p32
-
-
-def run_throughput(port, client, shas, args, deadline, log):
-    """samples[(label, pipeline)] = [(Sample, the INCR Sample right before)]."""
-    samples = {}
-    allowed = {}
-    incr_words = bench_command(INCR, shas)
-    # Warm-up, not counted: most keys of every key space (63%) exist before
-    # round 1.
-    log("warm-up: creating most keys of each key space")
-    for test in [INCR] + TESTS:
-        run_benchmark(port, 32, KEYSPACE, bench_command(test, shas), deadline)
-    for round_no in range(1, args.rounds + 1):
-        for test in TESTS:
-            for pipeline in PIPELINES:
-                incr = run_benchmark(port, pipeline, requests(args, INCR, pipeline), incr_words, deadline)
-                n = requests(args, test, pipeline)
-                sample = run_benchmark(port, pipeline, n, bench_command(test, shas), deadline)
-                samples.setdefault((test.label, pipeline), []).append((sample, incr))
-                log(
-                    f"round {round_no}/{args.rounds} P{pipeline:<2} {test.label}: "
-                    f"{sample.rps:,.0f} ops/s, INCR {incr.rps:,.0f} ({sample.rps / incr.rps:.2f}x)"
-                )
-            if round_no == args.rounds:
-                allowed[test.label] = sample_allowed(client, test, shas.get(test.label))
-    return samples, allowed
-
-
-# ---------------------------------------------------------------------------
-# Figures and the report.
-
-
-class Figure:
-    """One command at one pipeline depth: medians over the rounds."""
-
-    def __init__(self, pairs):
-        self.rounds = len(pairs)
-        self.rps = statistics.median(s.rps for s, _ in pairs)
-        self.p50 = statistics.median(s.p50_ms for s, _ in pairs)
-        self.p99 = statistics.median(s.p99_ms for s, _ in pairs)
-        self.rps_x = statistics.median(s.rps / i.rps for s, i in pairs)
-        self.p50_x = statistics.median(s.p50_ms / i.p50_ms for s, i in pairs if i.p50_ms > 0)
-        self.p99_x = statistics.median(s.p99_ms / i.p99_ms for s, i in pairs if i.p99_ms > 0)
-
-
-def incr_figure(samples, pipeline):
-    incr = [i for (label, p), pairs in samples.items() if p == pipeline for _, i in pairs]
-    return (
-        statistics.median(i.rps for i in incr),
-        statistics.median(i.p50_ms for i in incr),
-        statistics.median(i.p99_ms for i in incr),
-        len(incr),
-    )
-
-
-def throughput_table(samples, allowed, pipeline):
-    figures = {t.label: Figure(samples[(t.label, pipeline)]) for t in TESTS}
-    rps, p50, p99, runs = incr_figure(samples, pipeline)
-    lines = [
-        "| command | ops/s | x INCR | p50 ms | x INCR | p99 ms | x INCR | x its Lua twin | allowed |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-        f"| INCR (median of {runs} runs) | {rps:,.0f} | 1 | {p50:.3f} | 1 | {p99:.3f} | 1 | | |",
-    ]
-    for test in TESTS:
-        f = figures[test.label]
-        twin = ""
-        if test.twin:
-            twin = f"{f.rps_x / figures[test.twin].rps_x:.1f}x"
-        share = f"{allowed[test.label]:.1%}" if test.label in allowed else ""
-        lines.append(
-            f"| {test.label} | {f.rps:,.0f} | {f.rps_x:.2f} | {f.p50:.3f} | {f.p50_x:.2f} "
-            f"| {f.p99:.3f} | {f.p99_x:.2f} | {twin} | {share} |"
-        )
-    return lines, figures
-
-
-def goals_table(figures, memory_rows, log_bytes_per_entry):
-    lines = ["| goal (pipeline 32) | measured | |", "|---|---:|---|"]
-    met_all = True
-
-    def row(goal, measured, met):
-        nonlocal met_all
-        met_all = met_all and met
-        lines.append(f"| {goal} | {measured} | {'met' if met else '**not met**'} |")
-
-    for test in TESTS:
-        if test.goal is None:
-            continue
-        f = figures[test.label]
-        row(f"{test.label} >= {test.goal}x INCR", f"{f.rps_x:.2f}x", f.rps_x >= test.goal)
-    for test in TESTS:
-        if test.twin is None:
-            continue
-        ratio = figures[test.label].rps_x / figures[test.twin].rps_x
-        row(f"{test.label} >= 5x {test.twin}", f"{ratio:.1f}x", ratio >= 5)
-    usage = {label: u for label, u, *_ in memory_rows}
-    tb = usage["RL.TOKENBUCKET"]
-    row("MEMORY USAGE of an RL.TOKENBUCKET key <= 64 B", f"{tb} B", tb <= 64)
-    row(
-        "RL.SLIDINGLOG <= 4 B an entry at limit 1000 (full)",
-        f"{log_bytes_per_entry:.2f} B",
-        log_bytes_per_entry <= 4,
-    )
-    return lines, met_all
-
-
-def memory_table(rows):
-    lines = [
-        "| key | MEMORY USAGE, B (3-byte name) | used_memory growth per key, B | per 100k keys, MB | keys measured | encoding |",
-        "|---|---:|---:|---:|---:|---|",
-    ]
-    for label, usage, per_key, keys, encoding in rows:
-        lines.append(
-            f"| {label} | {usage:,} | {per_key:,.1f} | {per_key * 100_000 / 1e6:,.1f} | {keys:,} | {encoding} |"
-        )
-    return lines
-
-
-def machine():
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return f"{os.cpu_count()} cores, {model}, {platform.system()} {platform.machine()}; load average at the start {load}"
-
-
-def command_line(args):
-    """The command that made this run, with every setting spelled out."""
-    settings = (
-        f"BENCH_ROUNDS={args.rounds} BENCH_REQUESTS={args.requests} "
-        f"BENCH_REQUESTS_P32={args.requests_p32} BENCH_MEMORY_KEYS={args.memory_keys}"
-    )
-    if os.environ.get("MAKELEVEL"):
-        return f"{settings} make bench"
-    return f"{settings} {shlex.join(['scripts/bench.py'] + sys.argv[1:])}"
-
-
-def report(args, info, samples, allowed, memory_rows, log_bytes_per_entry, started, seconds):
-    out = []
-    out.append(
-        f"Measured {started:%Y-%m-%d %H:%M} UTC by `{command_line(args)}` "
-        f"(scripts/bench.py, {seconds / 60:.1f} min)."
-    )
-    out.append("")
-    out.append(f"- Redis {info['redis_version']} ({info.get('mem_allocator', '?')}), the release build of the module")
-    out.append(f"- Machine: {machine()}")
-    out.append(
-        f"- Each throughput figure: `redis-benchmark -h 127.0.0.1 -p PORT -c {CLIENTS} "
-        f"-r {KEYSPACE} -n N -P P --csv <command>` with N = {args.requests:,} unpipelined and "
-        f"{args.requests_p32:,} at pipeline 32 ({args.requests_p32 // 2:,} for Lua); "
-        f"the median of {args.rounds} rounds. Each \"x INCR\" "
-        f"is the median over the rounds of the ratio to the INCR run made right before it; "
-        f"\"x its Lua twin\" divides the two \"x INCR\" figures. \"allowed\" is the share "
-        f"allowed of {ALLOWED_SAMPLE} requests on random keys right after the last round."
-    )
-    out.append("")
-    lines, figures = throughput_table(samples, allowed, 32)
-    out += ["### Throughput and latency, pipeline 32", ""] + lines + [""]
-    lines, _ = throughput_table(samples, allowed, 1)
-    out += ["### Throughput and latency, unpipelined", ""] + lines + [""]
-    lines, met_all = goals_table(figures, memory_rows, log_bytes_per_entry)
-    out += [f"### Goals: {'all met' if met_all else 'not all met'}", ""] + lines + [""]
-    out += ["### Memory per key", ""] + memory_table(memory_rows) + [""]
-    out.append(
-        f"RL.SLIDINGLOG at limit 1000, full: {log_bytes_per_entry:.2f} B an entry "
-        "(MEMORY USAGE of the full key less that of a one-request key, over 999)."
-    )
-    out.append("")
-    out += ["### The commands measured", "", "| label | command (KEY: the key) |", "|---|---|"]
-    for test in [INCR] + TESTS:
-        words = test.command("KEY", "<sha of benches/lua/" + test.script + ">" if test.script else None)
-        out.append(f"| {test.label} | `{' '.join(words)}` |")
-    return "\n".join(out), met_all
-
-
-def write_report(path, body):
-    block = f"{BEGIN_MARK}\n{body}\n{END_MARK}"
-    if path.exists():
-        text = path.read_text()
-        if BEGIN_MARK in text and END_MARK in text:
-            head, rest = text.split(BEGIN_MARK, 1)
-            _, tail = rest.split(END_MARK, 1)
-            path.write_text(head + block + tail)
-            return
-        path.write_text(text.rstrip("\n") + "\n\n## Results\n\n" + block + "\n")
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"# Benchmarks\n\n## Results\n\n{block}\n")
-
-
-# ---------------------------------------------------------------------------
+def _raise_overtime(_signum, _frame):
+    raise Abort("the run took longer than BENCH_TIMEOUT; stopped")
 
 
 def env_int(name, default):
@@ -740,66 +134,218 @@ def default_module():
 
 
 def parse_args():
+    quick = os.environ.get("BENCH_QUICK", "") not in ("", "0")
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=env_int("BENCH_ROUNDS", 3))
-    p.add_argument("--requests", type=int, default=env_int("BENCH_REQUESTS", 30_000))
-    p.add_argument("--requests-p32", type=int, default=env_int("BENCH_REQUESTS_P32", 200_000))
-    p.add_argument("--memory-keys", type=int, default=env_int("BENCH_MEMORY_KEYS", 100_000))
+    p.add_argument("--quick", action="store_true", default=quick, help="tiny counts, one round (BENCH_QUICK=1)")
+    p.add_argument("--rounds", type=int)
+    p.add_argument("--requests", type=int)
+    p.add_argument("--requests-p32", type=int)
+    p.add_argument("--memory-keys", type=int)
+    p.add_argument("--reps", type=int)
+    p.add_argument("--leases", type=int)
     p.add_argument("--timeout", type=int, default=env_int("BENCH_TIMEOUT", 1200))
     p.add_argument("--module", default=default_module())
     p.add_argument("--server", default=os.environ.get("RL_SERVER", "redis-server"))
+    p.add_argument("--cell-module", default=os.environ.get("REDIS_CELL_MODULE", ""))
+    p.add_argument("--registry", default=str(ROOT / "src" / "algorithms" / "registry.rs"))
+    p.add_argument("--skip", default=os.environ.get("BENCH_SKIP", ""), help=f"comma-separated: {', '.join(PARTS)}")
     p.add_argument("--output", default=str(ROOT / "docs" / "benchmarks.md"))
     p.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = p.parse_args()
-    if min(args.rounds, args.requests, args.requests_p32, args.memory_keys, args.timeout) < 1:
-        p.error("counts and the timeout must be at least 1")
+    counts = Counts(args.quick)
+    for option, env, attr in (
+        ("rounds", "BENCH_ROUNDS", "rounds"),
+        ("requests", "BENCH_REQUESTS", "requests"),
+        ("requests_p32", "BENCH_REQUESTS_P32", "requests_p32"),
+        ("memory_keys", "BENCH_MEMORY_KEYS", "memory_keys"),
+        ("reps", "BENCH_REPS", "big_reps"),
+        ("leases", "BENCH_LEASES", "leases"),
+    ):
+        value = getattr(args, option)
+        value = env_int(env, getattr(counts, attr)) if value is None else value
+        if value < 1:
+            p.error(f"--{option.replace('_', '-')} must be at least 1")
+        setattr(counts, attr, value)
+    if counts.leases <= states.SMALL_LEASES:
+        p.error(f"the big lease set must hold more than {states.SMALL_LEASES} leases")
+    args.skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    unknown = args.skip - set(PARTS)
+    if unknown:
+        p.error(f"unknown part(s) to skip: {', '.join(sorted(unknown))} (parts: {', '.join(PARTS)})")
+    if args.timeout < 1:
+        p.error("the timeout must be at least 1")
+    args.counts = counts
     return args
+
+
+def command_line(args):
+    """The command that made this run, with every setting spelled out."""
+    c = args.counts
+    settings = [
+        *(["BENCH_QUICK=1"] if args.quick else []),
+        f"BENCH_ROUNDS={c.rounds}",
+        f"BENCH_REQUESTS={c.requests}",
+        f"BENCH_REQUESTS_P32={c.requests_p32}",
+        f"BENCH_MEMORY_KEYS={c.memory_keys}",
+        f"BENCH_REPS={c.big_reps}",
+        f"BENCH_LEASES={c.leases}",
+        *([f"BENCH_SKIP={','.join(sorted(args.skip))}"] if args.skip else []),
+        *(["RL_MODULE=" + args.module] if os.environ.get("RL_MODULE") else []),
+        *(["REDIS_CELL_MODULE=" + args.cell_module] if args.cell_module else []),
+    ]
+    if os.environ.get("MAKELEVEL"):
+        return " ".join(settings + ["make bench"])
+    return " ".join(settings + [shlex.join(["scripts/bench.py"] + sys.argv[1:])])
+
+
+def module_id(path):
+    """A file's identity for the report: size, SHA-256 prefix, time."""
+    data = Path(path).read_bytes()
+    when = datetime.datetime.fromtimestamp(Path(path).stat().st_mtime, datetime.timezone.utc)
+    return f"{len(data):,} B, sha256 {hashlib.sha256(data).hexdigest()[:12]}, built {when:%Y-%m-%d %H:%M} UTC"
+
+
+def find_tool(tool):
+    if "/" in tool:
+        return Path(tool).is_file()
+    return any((Path(d) / tool).is_file() for d in os.environ.get("PATH", "").split(":"))
+
+
+class Run:
+    """What the report says about the run itself."""
+
+    def __init__(self, args):
+        self.started = datetime.datetime.now(datetime.timezone.utc)
+        self.command = command_line(args)
+        self.module = args.module
+        self.module_id = module_id(args.module)
+        self.settings = throughput.Settings(
+            args.counts.rounds, args.counts.requests, args.counts.requests_p32, args.counts.warmup
+        )
+        self.seconds = 0.0
+        self.min_ticks = None
+
+
+def measure(args, results, run, builder, need_states, deadline, log):
+    """Every part not skipped, into `results`; the Lua scripts' SHAs."""
+    counts = args.counts
+    algorithms = results.algorithms
+    extra = [cases.CL_THROTTLE]
+    lua = cases.LUA_TESTS
+    checks = algorithms + extra + lua
+    workdir = builder.workdir
+    shas = {}
+    if not {"memory", "bare", "big"} <= args.skip:
+        with Servers() as servers:
+            server = servers.start(Server(args.server, [args.module], workdir, "bare"))
+            log(f"bare: redis-server on 127.0.0.1:{server.port}, module {args.module}")
+            client = server.client()
+            results.info = client.info("server")
+            results.info.update(client.info("memory"))
+            shas = throughput.load_scripts(client, lua, LUA_DIR)
+            throughput.check_twins(client, algorithms + extra, lua, shas)
+            client.call("FLUSHALL", "SYNC")
+            if "memory" not in args.skip:
+                results.memory = memory.measure_memory(
+                    client, shas, cases.memory_tests(algorithms), counts.memory_keys, counts.log_fills, log
+                )
+            client.close()
+            if need_states:
+                # The big lease set, started in the background: done before
+                # anything that needs the CPU.
+                builder.leases(None, counts.leases)
+            if "bare" not in args.skip:
+                phase = throughput.Phase("bare", checks)
+                results.bare = throughput.run_phase(phase, server, shas, run.settings, deadline, log)
+            if "big" not in args.skip:
+                results.big = states.measure_big_states(server, builder, counts, deadline, log)
+    if "replica" not in args.skip:
+        with Servers() as servers:
+            primary, replica = start_replica_pair(servers, args.server, [args.module], workdir)
+            log(f"replica: primary on 127.0.0.1:{primary.port}, replica on {replica.port}, in sync")
+            client = primary.client()
+            if not results.info:
+                results.info = client.info("server")
+                results.info.update(client.info("memory"))
+            shas = throughput.load_scripts(client, lua, LUA_DIR)
+            client.close()
+            results.replication = states.measure_replication(
+                primary, algorithms, extra, lua, shas, builder, counts, deadline, log
+            )
+            phase = throughput.Phase("replica", checks)
+            results.replica = throughput.run_phase(phase, primary, shas, run.settings, deadline, log)
+            # The figures count only if the replica stayed attached (a
+            # replica that falls too far behind is disconnected).
+            if replica.process.poll() is not None:
+                raise Abort(f"the replica died during the run:\n{replica.log_tail()}")
+            wait_in_sync(primary, replica, timeout=min(120, deadline.left()))
+    if not results.cell_skipped:
+        with Servers() as servers:
+            server = servers.start(Server(args.server, [args.cell_module], workdir, "redis-cell"))
+            log(f"redis-cell: redis-server on 127.0.0.1:{server.port}, module {args.cell_module}")
+            phase = throughput.Phase("redis-cell", [cases.CL_THROTTLE])
+            results.cell = throughput.run_phase(phase, server, {}, run.settings, deadline, log)
+    return shas
 
 
 def main():
     args = parse_args()
+    counts = args.counts
     for tool in (args.server, "redis-benchmark"):
-        if not any((Path(d) / tool).is_file() for d in os.environ.get("PATH", "").split(":")) and not Path(tool).is_file():
+        if not find_tool(tool):
             raise Abort(f"{tool} not found: run scripts/ensure-deps.sh (installs redis-server and redis-tools)")
     if not Path(args.module).is_file():
         raise Abort(f"{args.module} is missing: build it with `make build` (or set RL_MODULE)")
+    # First, so that a registry the bench cannot cover stops it at once.
+    algorithms = cases.algorithm_tests(args.registry)
+    extra = [cases.CL_THROTTLE]
+    lua = cases.LUA_TESTS
+    cell_module = args.cell_module
+    if "cell" in args.skip:
+        cell_skipped = "skipped (BENCH_SKIP)"
+    elif not cell_module:
+        cell_skipped = "REDIS_CELL_MODULE is not set (point it at a libredis_cell.so to compare)"
+    elif not Path(cell_module).is_file():
+        raise Abort(f"REDIS_CELL_MODULE={cell_module}: no such file")
+    else:
+        cell_skipped = None
+
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGHUP, _raise_interrupt)
     # The hard stop, should a step hang where the deadline is not checked.
     signal.signal(signal.SIGALRM, _raise_overtime)
     signal.alarm(args.timeout + 30)
     deadline = Deadline(args.timeout)
-    started = datetime.datetime.now(datetime.timezone.utc)
+    run = Run(args)
     t0 = time.monotonic()
 
     def log(message):
         print(f"[{time.monotonic() - t0:6.1f}s] {message}", file=sys.stderr, flush=True)
 
+    if cell_skipped:
+        log(f"redis-cell: {cell_skipped}")
+    results = report.Results()
+    results.algorithms = algorithms
+    results.cell_skipped = cell_skipped
+    results.cell_module = f"`{cell_module}`, {module_id(cell_module)}" if not cell_skipped else None
     with tempfile.TemporaryDirectory(prefix="rl-bench-") as workdir:
-        server = Server(args.server, args.module, workdir)
+        builder = states.StateBuilder(ROOT, workdir, deadline, log)
+        need_states = not {"big", "replica"} <= args.skip
+        if need_states:
+            builder.build()
+            builder.start_leases(counts.leases)
         try:
-            server.start()
-            log(f"redis-server on 127.0.0.1:{server.port}, module {args.module}")
-            client = Client(server.port)
-            info = client.info("server")
-            info.update(client.info("memory"))
-            shas = load_scripts(client)
-            check_twins(client, shas)
-            client.call("FLUSHALL", "SYNC")
-            memory_rows, one_entry = measure_memory(client, shas, args.memory_keys, log)
-            full = next(u for label, u, *_ in memory_rows if label == "RL.SLIDINGLOG, 1000 entries")
-            log_bytes_per_entry = (full - one_entry) / 999
-            deadline.left()
-            samples, allowed = run_throughput(server.port, client, shas, args, deadline, log)
-            client.close()
+            shas = measure(args, results, run, builder, need_states, deadline, log)
         finally:
-            server.stop()
-    body, met_all = report(
-        args, info, samples, allowed, memory_rows, log_bytes_per_entry, started, time.monotonic() - t0
-    )
+            builder.stop()
+    run.seconds = time.monotonic() - t0
+    phases = [p for p in (results.bare, results.replica, results.cell) if p]
+    if phases:
+        run.min_ticks = min(report.min_ticks(p) for p in phases)
+    body, met_all = report.report(run, results, algorithms, extra, lua, shas)
     print(body)
     if not args.no_write:
-        write_report(Path(args.output), body)
+        report.write_report(args.output, body)
         log(f"written to {args.output}")
     if not met_all:
         log("some goals are not met (see the Goals table); the run itself succeeded")
@@ -812,5 +358,8 @@ if __name__ == "__main__":
         print(f"bench: {e}", file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:
-        print("bench: interrupted; the server is stopped", file=sys.stderr)
+        print("bench: interrupted; the servers are stopped", file=sys.stderr)
         sys.exit(130)
+    except subprocess.SubprocessError as e:
+        print(f"bench: {e}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,199 @@
+"""What the bench measures.
+
+The module's algorithms come from its one registry, `src/algorithms/registry.rs`:
+each line of its `algorithms { ... }` block, `tag Type: module, "name",
+"type_name";`, names an algorithm whose check command is `RL.<NAME>`. The
+bench keeps one case per algorithm, keyed by that name, in `BENCH_CASES`:
+its parameters, its Lua twin, its CPU goal, the parameters of its memory
+figure. An algorithm of the registry with no case stops the bench at once
+(it would otherwise go unmeasured), and so does a case for a name the
+registry does not have.
+
+Beside them: INCR (the floor Redis itself sets), CL.THROTTLE (redis-cell's
+command, served by the GCRA state) and the Lua twins (benches/lua/*.lua).
+"""
+
+import re
+from pathlib import Path
+
+from . import Abort
+
+# Stands for the key in a command's words.
+KEY = object()
+
+LUA_TB = "Lua token bucket (hash)"
+LUA_SC = "Lua sliding counter (hash, 2 counters)"
+LUA_FW = "Lua fixed window (INCRBY + PEXPIREAT)"
+LUA_SL = "Lua sliding log (sorted set)"
+LUA_GCRA = "Lua GCRA (string)"
+
+
+class Case:
+    """The bench case of one algorithm of the registry.
+
+    `params`: the check's parameters in the throughput and replication
+    figures: realistic, and the same word for word as its Lua twin's.
+    `cpu_goal`: the most server CPU a check may cost, as a ratio to INCR's,
+    bare, at pipeline 32 (the product's contract). `memory`: the parameters
+    of the memory figure, which keep every key for minutes so that none
+    expires while it is counted, and the label of that row. `same_replies`:
+    whether the twin answers exactly as the command (checked before the
+    throughput runs); the leaky bucket's twin is the GCRA meter, whose
+    replies differ."""
+
+    def __init__(self, params, twin, cpu_goal, memory_params, memory_label=None, same_replies=True):
+        self.params = params
+        self.twin = twin
+        self.cpu_goal = cpu_goal
+        self.memory_params = memory_params
+        self.memory_label = memory_label
+        self.same_replies = same_replies
+
+
+# Capacity 100 refilled at 10 a second; limit 100 a minute. At 100k keys
+# even a million requests a second give each key about 10 a second, so nearly
+# every request is allowed (the "allowed" column checks).
+BENCH_CASES = {
+    "tokenbucket": Case(["100", "10"], LUA_TB, 1.25, ["100", "0.001"]),
+    "slidingcounter": Case(["100", "60"], LUA_SC, 1.4, ["100", "60"]),
+    "fixedwindow": Case(["100", "60"], LUA_FW, 1.25, ["100", "3600"]),
+    "slidinglog": Case(["100", "60"], LUA_SL, 1.4, ["100", "60"], "RL.SLIDINGLOG, 1 request"),
+    "leakybucket": Case(["100", "10"], LUA_GCRA, 1.25, ["100", "0.001"], same_replies=False),
+    "gcra": Case(["99", "10", "1"], LUA_GCRA, 1.25, ["99", "1", "1000"], "RL.GCRA / CL.THROTTLE"),
+}
+
+# The most server CPU a check may cost with one replica attached, as a ratio
+# to INCR's (replicated too), at pipeline 32: every check command.
+REPLICA_CPU_GOAL = 1.5
+# The most replication bytes an allowed check may send, whatever the size of
+# the key's state.
+REPLICATION_GOAL_BYTES = 80
+# The most a check on a big state may cost, as a ratio to the same on a
+# small state.
+BIG_STATE_GOAL = 2.0
+
+
+class Test:
+    """One command measured: a label, a key prefix, the command's words (KEY
+    for the key), the Lua script for a Lua test."""
+
+    def __init__(self, label, prefix, words, script=None, twin=None, cpu_goal=None, name=None, same_replies=False):
+        self.label = label
+        self.prefix = prefix
+        self.words = words
+        self.script = script
+        self.twin = twin
+        self.cpu_goal = cpu_goal
+        # The registry's name, for an algorithm's own command.
+        self.name = name
+        # Whether its Lua twin must answer as it does.
+        self.same_replies = same_replies
+
+    def command(self, key, sha=None):
+        """The command for `key`, EVALSHA with `sha` for a Lua test."""
+        words = [key if w is KEY else w for w in self.words]
+        if self.script:
+            return ["EVALSHA", sha, "1"] + words
+        return words
+
+    def allowed(self, reply):
+        """Whether a reply of this command allowed the request."""
+        if self.label == "CL.THROTTLE":
+            return reply[0] == 0
+        return reply[0] == 1
+
+
+INCR = Test("INCR", "b:incr:", ["INCR", KEY])
+# redis-cell's command, on the GCRA state: the same goal as RL.GCRA.
+CL_THROTTLE = Test("CL.THROTTLE", "b:cl:", ["CL.THROTTLE", KEY, "99", "10", "1"], twin=LUA_GCRA, cpu_goal=1.25)
+LUA_TESTS = [
+    Test(LUA_TB, "b:lua:tb:", [KEY, "100", "10"], script="token_bucket.lua"),
+    Test(LUA_SC, "b:lua:sc:", [KEY, "100", "60"], script="sliding_counter.lua"),
+    Test(LUA_FW, "b:lua:fw:", [KEY, "100", "60"], script="fixed_window.lua"),
+    Test(LUA_SL, "b:lua:sl:", [KEY, "100", "60"], script="sliding_log.lua"),
+    Test(LUA_GCRA, "b:lua:gcra:", [KEY, "99", "10", "1"], script="gcra.lua"),
+]
+# The Lua twins' memory figures: the parameters of the command each is the
+# twin of (RL.GCRA's for the GCRA script).
+LUA_MEMORY = [
+    (LUA_TB, LUA_TB, ["100", "0.001"]),
+    (LUA_SC, LUA_SC, ["100", "60"]),
+    (LUA_FW, LUA_FW, ["100", "3600"]),
+    (LUA_SL + ", 1 request", LUA_SL, ["100", "60"]),
+    (LUA_GCRA, LUA_GCRA, ["99", "1", "1000"]),
+]
+
+# A line of the registry's `algorithms` block: tag Type: module, "name", "type_name";
+_LINE = re.compile(r'^\s*(\d+)\s+(\w+)\s*:\s*(\w+)\s*,\s*"([A-Za-z0-9_]+)"\s*,\s*"([^"]*)"\s*;\s*$')
+
+
+def read_registry(path):
+    """The algorithms' names, in the registry's order."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise Abort(f"cannot read the algorithm registry {path}: {e}")
+    # Comments first: the documentation mentions `algorithms { lines }` too.
+    code = re.sub(r"//[^\n]*", "", text)
+    block = re.search(r"\balgorithms\s*\{(.*?)\}", code, re.S)
+    if not block:
+        raise Abort(f"{path}: no `algorithms {{ ... }}` block; has the registry moved? (--registry PATH)")
+    names = []
+    for line in block.group(1).splitlines():
+        if not line.strip():
+            continue
+        match = _LINE.match(line)
+        if not match:
+            raise Abort(f"{path}: cannot read this line of the algorithms block: {line.strip()!r}")
+        names.append(match.group(4).lower())
+    if not names:
+        raise Abort(f"{path}: the algorithms block names no algorithm")
+    return names
+
+
+def algorithm_tests(registry_path):
+    """One Test per algorithm of the registry, in its order, from its case;
+    stops when the registry and BENCH_CASES disagree."""
+    names = read_registry(registry_path)
+    missing = [n for n in names if n not in BENCH_CASES]
+    unknown = [n for n in BENCH_CASES if n not in names]
+    if missing:
+        raise Abort(
+            f"the registry ({registry_path}) names {', '.join(missing)}, which the bench has no case for: "
+            "add one to BENCH_CASES in scripts/benchkit/cases.py (parameters, Lua twin or None, CPU goal, "
+            "memory parameters), so that no algorithm goes unmeasured"
+        )
+    if unknown:
+        raise Abort(
+            f"BENCH_CASES in scripts/benchkit/cases.py has a case for {', '.join(unknown)}, "
+            f"which the registry ({registry_path}) does not name: remove or rename it"
+        )
+    tests = []
+    for name in names:
+        case = BENCH_CASES[name]
+        command = f"RL.{name.upper()}"
+        tests.append(
+            Test(
+                command,
+                f"b:{name}:",
+                [command, KEY] + case.params,
+                twin=case.twin,
+                cpu_goal=case.cpu_goal,
+                name=name,
+                same_replies=case.twin is not None and case.same_replies,
+            )
+        )
+    return tests
+
+
+def memory_tests(algorithms):
+    """(label, the Lua test or None, words) of each memory-per-key row but
+    the full logs: INCR, each algorithm, each Lua twin."""
+    rows = [("INCR counter", None, ["INCR", KEY])]
+    for test in algorithms:
+        case = BENCH_CASES[test.name]
+        rows.append((case.memory_label or test.label, None, [test.words[0], KEY] + case.memory_params))
+    by_label = {t.label: t for t in LUA_TESTS}
+    for label, lua, params in LUA_MEMORY:
+        rows.append((label, by_label[lua], [KEY] + params))
+    return rows
