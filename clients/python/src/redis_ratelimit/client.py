@@ -7,7 +7,7 @@ what they send or how they read it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar, Union
 
@@ -15,7 +15,7 @@ from redis.exceptions import ResponseError
 from typing_extensions import Unpack
 
 from . import commands
-from .commands import CheckOptions, Command, Key
+from .commands import CheckOptions, Command, Key, Tiers
 from .decision import Decision, Lease
 from .errors import RateLimitExceeded, translate
 from .info import KeyInfo
@@ -105,7 +105,7 @@ class RateLimiter:
 
     def check_all(
         self,
-        tiers: Mapping[Key, Limit] | Iterable[tuple[Key, Limit]],
+        tiers: Tiers,
         **options: Unpack[CheckOptions],
     ) -> Decision:
         """``RL.ALL``: every (key, limit) tier at once, taken from all or from

@@ -23,6 +23,9 @@ T = TypeVar("T")
 #: A key, as redis-py takes one.
 Key = Union[str, bytes]
 
+#: The tiers of ``RL.ALL``: ``{key: limit}``, or ``(key, limit)`` pairs.
+Tiers = Union[Mapping[str, Limit], Mapping[bytes, Limit], Iterable[tuple[Key, Limit]]]
+
 
 class CheckOptions(TypedDict, total=False):
     """The options every check command and ``RL.ALL`` take, as keyword
@@ -84,11 +87,11 @@ def check(key: Key, limit: Limit, **options: Unpack[CheckOptions]) -> Command[De
 
 
 def check_all(
-    tiers: Mapping[Key, Limit] | Iterable[tuple[Key, Limit]], **options: Unpack[CheckOptions]
+    tiers: Tiers, **options: Unpack[CheckOptions]
 ) -> Command[Decision]:
     """``RL.ALL numkeys key... <ALGORITHM params>... [options]``: every tier
     or none."""
-    pairs = list(tiers.items() if isinstance(tiers, Mapping) else tiers)
+    pairs: list[tuple[Key, Limit]] = list(tiers.items() if isinstance(tiers, Mapping) else tiers)
     if not pairs:
         raise ValueError("RL.ALL needs at least one (key, limit) tier")
     keys = [key for key, _ in pairs]
