@@ -43,7 +43,7 @@ def rate_limit(
             verdict = decide(rule, wsgi_request(flask.request.environ), limiter.run)
             if verdict.response is not None:
                 r = verdict.response
-                return flask.Response(r.body, status=r.status, headers=r.headers)
+                return flask.Response(r.body, status=f"{r.status} {r.reason}", headers=r.headers)
             if verdict.headers:
 
                 @flask.after_this_request
