@@ -31,11 +31,11 @@ test: build-debug
 	cargo test --all-targets
 	@$(MAKE) --no-print-directory test-python
 
-# The Python client (clients/python): its types (mypy --strict), then its
-# tests (pytest), which start their own servers with the debug build, in a
-# virtual environment inside the repository (target/pyenv) holding the
-# package (editable) and the pinned test dependencies; made again when
-# those change.
+# The Python client (clients/python): its lints and format (ruff), its types
+# (mypy --strict), then its tests (pytest), which start their own servers
+# with the debug build; all in a virtual environment inside the repository
+# (target/pyenv) holding the package (editable) and the pinned test
+# dependencies, made again when those change.
 PYENV := target/pyenv
 PYCLIENT := clients/python
 
@@ -46,6 +46,7 @@ $(PYENV)/installed: $(PYCLIENT)/pyproject.toml $(PYCLIENT)/requirements-test.txt
 	touch $@
 
 test-python: build-debug $(PYENV)/installed
+	cd $(PYCLIENT) && ../../$(PYENV)/bin/ruff check . && ../../$(PYENV)/bin/ruff format --check .
 	cd $(PYCLIENT) && ../../$(PYENV)/bin/mypy
 	cd $(PYCLIENT) && ../../$(PYENV)/bin/python -m pytest -q
 

@@ -15,8 +15,8 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import redis
 
@@ -27,7 +27,9 @@ def module_path() -> Path:
     """The module under test: `RL_MODULE`, or the debug build."""
     path = Path(os.environ.get("RL_MODULE", REPO / "target/debug/libredis_ratelimit.so"))
     if not path.exists():
-        raise RuntimeError(f"{path} is missing: build it first (`make test` does), or set RL_MODULE")
+        raise RuntimeError(
+            f"{path} is missing: build it first (`make test` does), or set RL_MODULE"
+        )
     return path
 
 
@@ -56,19 +58,30 @@ class Server:
         self.port = free_port()
         args = [
             os.environ.get("RL_SERVER", "redis-server"),
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--dir", str(self.dir),
-            "--save", "",
-            "--appendonly", "no",
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.dir),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
         ]
         if module:
             args += ["--loadmodule", str(module_path())]
         if cluster:
             # The bus on a free port of its own: port + 10000 may be taken.
-            args += ["--cluster-enabled", "yes", "--cluster-port", str(free_port()),
-                     "--cluster-node-timeout", "1000"]
-        self._log = open(self.dir / "server.log", "wb")
+            args += [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-port",
+                str(free_port()),
+                "--cluster-node-timeout",
+                "1000",
+            ]
+        self._log = open(self.dir / "server.log", "wb")  # noqa: SIM115 (closed by stop)
         self.process = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)
         try:
             wait_for("redis-server to answer PING", 10, self._answers)
@@ -104,9 +117,17 @@ class Cluster:
             for _ in range(size):
                 self.nodes.append(Server(cluster=True))
             subprocess.run(
-                [os.environ.get("RL_CLI", "redis-cli"), "--cluster", "create",
-                 *(f"127.0.0.1:{n.port}" for n in self.nodes), "--cluster-yes"],
-                stdin=subprocess.DEVNULL, capture_output=True, check=True, timeout=30,
+                [
+                    os.environ.get("RL_CLI", "redis-cli"),
+                    "--cluster",
+                    "create",
+                    *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                    "--cluster-yes",
+                ],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                check=True,
+                timeout=30,
             )
             wait_for("a healthy cluster", 30, self._healthy)
         except BaseException:

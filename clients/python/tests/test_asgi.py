@@ -20,7 +20,13 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from redis_ratelimit import AsyncRateLimiter, FixedWindow, SlidingCounter, TokenBucket, WrongTypeError
+from redis_ratelimit import (
+    AsyncRateLimiter,
+    FixedWindow,
+    SlidingCounter,
+    TokenBucket,
+    WrongTypeError,
+)
 from redis_ratelimit.web import api_key, forwarded_ip, user
 from redis_ratelimit.web.asgi import RateLimitMiddleware
 
@@ -40,10 +46,15 @@ class Counter:
         return PlainTextResponse("hello", headers={"X-App": "yes"})
 
 
-def app_with(redis_client: Any, counter: Counter, *, before: list[Middleware] | None = None, **options: Any) -> Starlette:
+def app_with(
+    redis_client: Any, counter: Counter, *, before: list[Middleware] | None = None, **options: Any
+) -> Starlette:
     return Starlette(
         routes=[Route("/hello", counter.endpoint), Route("/health", counter.endpoint)],
-        middleware=[*(before or []), Middleware(RateLimitMiddleware, redis=redis_client, **options)],
+        middleware=[
+            *(before or []),
+            Middleware(RateLimitMiddleware, redis=redis_client, **options),
+        ],
     )
 
 
@@ -90,21 +101,32 @@ async def test_each_client_address_is_counted_apart_and_x_forwarded_for_is_not_t
         assert (await two.get("/hello")).status_code == 200
         spoofed = await one.get("/hello", headers={"X-Forwarded-For": "203.0.113.9"})
         assert spoofed.status_code == 429
-    assert sorted(await ar_clean.keys()) == [b"rl:{ip:10.0.0.1}:fixedwindow", b"rl:{ip:10.0.0.2}:fixedwindow"]
+    assert sorted(await ar_clean.keys()) == [
+        b"rl:{ip:10.0.0.1}:fixedwindow",
+        b"rl:{ip:10.0.0.2}:fixedwindow",
+    ]
 
 
-async def test_forwarded_ip_takes_the_address_the_trusted_proxy_appended(ar_clean: redis.asyncio.Redis) -> None:
-    app = app_with(ar_clean, Counter(), limits=FixedWindow(1, "1h"), key=forwarded_ip(trusted_proxies=1))
+async def test_forwarded_ip_takes_the_address_the_trusted_proxy_appended(
+    ar_clean: redis.asyncio.Redis,
+) -> None:
+    app = app_with(
+        ar_clean, Counter(), limits=FixedWindow(1, "1h"), key=forwarded_ip(trusted_proxies=1)
+    )
     async with client_for(app, "10.0.0.254") as proxy:
         forged_left = {"X-Forwarded-For": "1.1.1.1, 198.51.100.4"}
         assert (await proxy.get("/hello", headers=forged_left)).status_code == 200
         other_forgery = {"X-Forwarded-For": "2.2.2.2, 198.51.100.4"}
         assert (await proxy.get("/hello", headers=other_forgery)).status_code == 429
-        assert (await proxy.get("/hello", headers={"X-Forwarded-For": "198.51.100.5"})).status_code == 200
+        assert (
+            await proxy.get("/hello", headers={"X-Forwarded-For": "198.51.100.5"})
+        ).status_code == 200
     assert b"rl:{ip:198.51.100.4}:fixedwindow" in await ar_clean.keys()
 
 
-async def test_api_keys_are_counted_apart_and_never_stored_in_clear(ar_clean: redis.asyncio.Redis) -> None:
+async def test_api_keys_are_counted_apart_and_never_stored_in_clear(
+    ar_clean: redis.asyncio.Redis,
+) -> None:
     app = app_with(ar_clean, Counter(), limits=FixedWindow(1, "1h"), key=api_key("X-Api-Key"))
     async with client_for(app) as http:
         assert (await http.get("/hello", headers={"X-Api-Key": "secret-a"})).status_code == 200
@@ -122,9 +144,14 @@ class HeaderAuth(AuthenticationBackend):
         return (AuthCredentials(["authenticated"]), SimpleUser(name)) if name else None
 
 
-async def test_the_user_key_follows_starlettes_authenticated_user(ar_clean: redis.asyncio.Redis) -> None:
+async def test_the_user_key_follows_starlettes_authenticated_user(
+    ar_clean: redis.asyncio.Redis,
+) -> None:
     app = app_with(
-        ar_clean, Counter(), limits=FixedWindow(1, "1h"), key=user(),
+        ar_clean,
+        Counter(),
+        limits=FixedWindow(1, "1h"),
+        key=user(),
         before=[Middleware(AuthenticationMiddleware, backend=HeaderAuth())],
     )
     async with client_for(app) as http:
@@ -133,7 +160,9 @@ async def test_the_user_key_follows_starlettes_authenticated_user(ar_clean: redi
         assert (await http.get("/hello", headers={"X-User": "bob"})).status_code == 200
         assert (await http.get("/hello")).status_code == 200  # anonymous: by address
     assert sorted(await ar_clean.keys()) == [
-        b"rl:{ip:10.0.0.7}:fixedwindow", b"rl:{user:alice}:fixedwindow", b"rl:{user:bob}:fixedwindow",
+        b"rl:{ip:10.0.0.7}:fixedwindow",
+        b"rl:{user:alice}:fixedwindow",
+        b"rl:{user:bob}:fixedwindow",
     ]
 
 
@@ -146,13 +175,19 @@ async def test_several_limits_are_one_all_or_nothing_check_with_every_tier_in_th
         responses = [await http.get("/hello") for _ in range(3)]
     assert [r.status_code for r in responses] == [200, 200, 429]
     assert responses[0].headers["ratelimit-policy"] == '"burst";q=2;w=2000, "minute";q=10;w=60'
-    limits_field = re.fullmatch(r'"burst";r=1;t=1000, "minute";r=9;t=(\d+)', responses[0].headers["ratelimit"])
-    assert limits_field and 60 < int(limits_field.group(1)) <= 120  # two windows of the sliding counter
+    limits_field = re.fullmatch(
+        r'"burst";r=1;t=1000, "minute";r=9;t=(\d+)', responses[0].headers["ratelimit"]
+    )
+    assert (
+        limits_field and 60 < int(limits_field.group(1)) <= 120
+    )  # two windows of the sliding counter
     minute = await AsyncRateLimiter(ar_clean).info("rl:{ip:10.0.0.7}:minute")
     assert minute is not None and minute.remaining == 8  # the denied request took nothing
 
 
-async def test_a_key_function_returning_none_leaves_the_request_alone(ar_clean: redis.asyncio.Redis) -> None:
+async def test_a_key_function_returning_none_leaves_the_request_alone(
+    ar_clean: redis.asyncio.Redis,
+) -> None:
     counter = Counter()
 
     def key(request: Any) -> str | None:
@@ -166,13 +201,19 @@ async def test_a_key_function_returning_none_leaves_the_request_alone(ar_clean: 
     assert await ar_clean.keys() == []
 
 
-async def test_a_cost_function_charges_each_request_its_own_cost(ar_clean: redis.asyncio.Redis) -> None:
+async def test_a_cost_function_charges_each_request_its_own_cost(
+    ar_clean: redis.asyncio.Redis,
+) -> None:
     app = app_with(
-        ar_clean, Counter(), limits=FixedWindow(10, "1h"),
+        ar_clean,
+        Counter(),
+        limits=FixedWindow(10, "1h"),
         cost=lambda request: int(request.headers.get("x-items", "1")),
     )
     async with client_for(app) as http:
-        assert (await http.get("/hello", headers={"X-Items": "7"})).headers["x-ratelimit-remaining"] == "3"
+        assert (await http.get("/hello", headers={"X-Items": "7"})).headers[
+            "x-ratelimit-remaining"
+        ] == "3"
         too_big = await http.get("/hello", headers={"X-Items": "11"})
     assert too_big.status_code == 429 and "retry-after" not in too_big.headers
     assert "can never pass" in too_big.text
@@ -200,7 +241,9 @@ async def test_unreachable_redis_fails_open_by_default_and_says_so_in_the_log(
     assert "cannot reach Redis" in messages[0] and "let through" in messages[0]
 
 
-async def test_unreachable_redis_fails_closed_with_a_503_when_asked(down: tuple[Any, redis.asyncio.Redis]) -> None:
+async def test_unreachable_redis_fails_closed_with_a_503_when_asked(
+    down: tuple[Any, redis.asyncio.Redis],
+) -> None:
     counter = Counter()
     app = app_with(down[1], counter, limits=FixedWindow(1, "1h"), fail_open=False)
     async with client_for(app) as http:
@@ -208,7 +251,9 @@ async def test_unreachable_redis_fails_closed_with_a_503_when_asked(down: tuple[
     assert response.status_code == 503 and counter.calls == 0
 
 
-async def test_an_error_reply_is_raised_not_taken_for_an_outage(ar_clean: redis.asyncio.Redis) -> None:
+async def test_an_error_reply_is_raised_not_taken_for_an_outage(
+    ar_clean: redis.asyncio.Redis,
+) -> None:
     await ar_clean.set("rl:{ip:10.0.0.7}:fixedwindow", "not a limiter")
     app = app_with(ar_clean, Counter(), limits=FixedWindow(1, "1h"))
     async with client_for(app) as http:

@@ -27,14 +27,18 @@ def public_methods(cls: type) -> dict[str, inspect.Signature]:
     }
 
 
-async def test_the_asyncio_client_has_every_method_of_the_sync_one_with_the_same_parameters() -> None:
+async def test_the_asyncio_client_has_every_method_of_the_sync_one_with_the_same_parameters() -> (
+    None
+):
     sync, aio = public_methods(RateLimiter), public_methods(AsyncRateLimiter)
     assert sync.keys() == aio.keys()
     for name, signature in sync.items():
         assert list(signature.parameters.values()) == list(aio[name].parameters.values()), name
 
 
-async def test_every_algorithm_answers_through_the_asyncio_client(alimiter: AsyncRateLimiter) -> None:
+async def test_every_algorithm_answers_through_the_asyncio_client(
+    alimiter: AsyncRateLimiter,
+) -> None:
     answers = [
         await alimiter.token_bucket("a", 2, 1),
         await alimiter.sliding_counter("b", 2, "1m", precision=2),
@@ -65,7 +69,9 @@ async def test_hold_as_an_async_context_manager(alimiter: AsyncRateLimiter) -> N
     assert (await alimiter.acquire("k", 1, "10s")).allowed
 
 
-async def test_acquire_release_and_info_through_the_asyncio_client(alimiter: AsyncRateLimiter) -> None:
+async def test_acquire_release_and_info_through_the_asyncio_client(
+    alimiter: AsyncRateLimiter,
+) -> None:
     lease = await alimiter.acquire("k", 2, "1m", lease_id="job")
     assert lease.id == "job"
     info = await alimiter.info("k")
@@ -75,5 +81,5 @@ async def test_acquire_release_and_info_through_the_asyncio_client(alimiter: Asy
 
 async def test_an_error_reply_raises_the_same_named_exception(alimiter: AsyncRateLimiter) -> None:
     await alimiter.token_bucket("k", 1, 1)
-    with pytest.raises(WrongTypeError, match="RL.SLIDINGLOG: WRONGTYPE"):
+    with pytest.raises(WrongTypeError, match=r"RL\.SLIDINGLOG: WRONGTYPE"):
         await alimiter.sliding_log("k", 1, 1)

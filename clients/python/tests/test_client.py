@@ -3,8 +3,9 @@ replies under RESP2 and RESP3, and its errors."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import redis
@@ -19,7 +20,6 @@ from redis_ratelimit import (
     RateLimiter,
     RateLimitExceeded,
     SlidingCounter,
-    SlidingLog,
     TokenBucket,
     WrongTypeError,
 )
@@ -54,7 +54,9 @@ def test_each_algorithm_allows_until_its_limit_then_says_when_to_retry(
     assert limiter.info("k") is not None and limiter.info("k").algorithm == algorithm  # type: ignore[union-attr]
 
 
-def test_cost_takes_that_much_and_a_cost_above_the_limit_can_never_pass(limiter: RateLimiter) -> None:
+def test_cost_takes_that_much_and_a_cost_above_the_limit_can_never_pass(
+    limiter: RateLimiter,
+) -> None:
     assert limiter.token_bucket("k", 5, 1, cost=3).remaining == 2
     never = limiter.token_bucket("k", 5, 1, cost=6)
     assert not never.allowed
@@ -74,7 +76,9 @@ def test_the_leaky_bucket_says_how_long_to_wait_before_acting(limiter: RateLimit
     assert timedelta(milliseconds=400) < second.delay <= timedelta(milliseconds=500)
 
 
-@pytest.mark.parametrize("window", [90.5, "90.5s", "1.5083333333m", timedelta(seconds=90, milliseconds=500)])
+@pytest.mark.parametrize(
+    "window", [90.5, "90.5s", "1.5083333333m", timedelta(seconds=90, milliseconds=500)]
+)
 def test_a_window_given_as_seconds_text_or_timedelta_reaches_the_server_as_the_same_duration(
     limiter: RateLimiter, window: Any
 ) -> None:
@@ -99,7 +103,9 @@ def test_check_takes_any_limit_and_names_its_policy(limiter: RateLimiter) -> Non
     decision = limiter.check("k", FixedWindow(100, "1m", name="per-minute"))
     assert decision.policy is not None
     assert (decision.policy.name, decision.policy.quota, decision.policy.window) == (
-        "per-minute", 100, timedelta(minutes=1)
+        "per-minute",
+        100,
+        timedelta(minutes=1),
     )
 
 
@@ -127,7 +133,9 @@ def test_check_all_needs_a_tier(limiter: RateLimiter) -> None:
         limiter.check_all({})
 
 
-def test_acquire_takes_slots_until_the_limit_and_release_gives_one_back(limiter: RateLimiter) -> None:
+def test_acquire_takes_slots_until_the_limit_and_release_gives_one_back(
+    limiter: RateLimiter,
+) -> None:
     a = limiter.acquire("k", 2, "30s")
     b = limiter.acquire("k", 2, "30s", lease_id="job-7")
     assert a.allowed and a.id is not None and len(a.id) == 32
@@ -140,7 +148,9 @@ def test_acquire_takes_slots_until_the_limit_and_release_gives_one_back(limiter:
     assert limiter.acquire("k", 2, "30s").allowed
 
 
-def test_acquiring_again_with_a_held_id_renews_it_without_a_second_slot(limiter: RateLimiter) -> None:
+def test_acquiring_again_with_a_held_id_renews_it_without_a_second_slot(
+    limiter: RateLimiter,
+) -> None:
     limiter.acquire("k", 2, "1s", lease_id="job")
     renewed = limiter.acquire("k", 2, "30s", lease_id="job")
     assert renewed.allowed and renewed.remaining == 1
@@ -188,7 +198,12 @@ def test_a_client_decoding_responses_reads_the_same(server: Server) -> None:
 
 def test_cl_throttle_reads_redis_cells_reply_into_a_decision(limiter: RateLimiter) -> None:
     first = limiter.cl_throttle("k", 1, 1, 60)
-    assert (first.allowed, first.limit, first.remaining, first.retry_after) == (True, 2, 1, timedelta(0))
+    assert (first.allowed, first.limit, first.remaining, first.retry_after) == (
+        True,
+        2,
+        1,
+        timedelta(0),
+    )
     limiter.cl_throttle("k", 1, 1, 60)
     denied = limiter.cl_throttle("k", 1, 1, 60)
     assert not denied.allowed and denied.retry_after == timedelta(seconds=60)
@@ -196,17 +211,37 @@ def test_cl_throttle_reads_redis_cells_reply_into_a_decision(limiter: RateLimite
 
 
 ERRORS: list[tuple[str, Callable[[RateLimiter], object], type[Exception], str]] = [
-    ("zero capacity", lambda rl: rl.token_bucket("k", 0, 1), InvalidArgumentError,
-     "RL.TOKENBUCKET: capacity must be an integer from 1"),
-    ("a window the module cannot read", lambda rl: rl.fixed_window("k", 1, "1 fortnight"),
-     InvalidArgumentError, "RL.FIXEDWINDOW: window must be a duration"),
-    ("a negative timedelta", lambda rl: rl.sliding_log("k", 1, timedelta(seconds=-1)),
-     InvalidArgumentError, "window must be a duration"),
+    (
+        "zero capacity",
+        lambda rl: rl.token_bucket("k", 0, 1),
+        InvalidArgumentError,
+        "RL.TOKENBUCKET: capacity must be an integer from 1",
+    ),
+    (
+        "a window the module cannot read",
+        lambda rl: rl.fixed_window("k", 1, "1 fortnight"),
+        InvalidArgumentError,
+        "RL.FIXEDWINDOW: window must be a duration",
+    ),
+    (
+        "a negative timedelta",
+        lambda rl: rl.sliding_log("k", 1, timedelta(seconds=-1)),
+        InvalidArgumentError,
+        "window must be a duration",
+    ),
     ("a cost of 0", lambda rl: rl.gcra("k", 1, 1, 1, cost=0), InvalidArgumentError, "COST"),
-    ("a precision above 1000", lambda rl: rl.sliding_counter("k", 1, 1, precision=1001),
-     InvalidArgumentError, "PRECISION"),
-    ("a repeated key in RL.ALL", lambda rl: rl.check_all([("a", TokenBucket(1, 1)), ("a", TokenBucket(1, 1))]),
-     InvalidArgumentError, "more than once"),
+    (
+        "a precision above 1000",
+        lambda rl: rl.sliding_counter("k", 1, 1, precision=1001),
+        InvalidArgumentError,
+        "PRECISION",
+    ),
+    (
+        "a repeated key in RL.ALL",
+        lambda rl: rl.check_all([("a", TokenBucket(1, 1)), ("a", TokenBucket(1, 1))]),
+        InvalidArgumentError,
+        "more than once",
+    ),
     ("a string key", lambda rl: rl.token_bucket("s", 1, 1), WrongTypeError, "WRONGTYPE"),
     ("another algorithm's key", lambda rl: rl.gcra("tb", 1, 1, 1), WrongTypeError, "WRONGTYPE"),
     ("RL.INFO on a string key", lambda rl: rl.info("s"), WrongTypeError, "RL.INFO: WRONGTYPE"),
@@ -215,8 +250,12 @@ ERRORS: list[tuple[str, Callable[[RateLimiter], object], type[Exception], str]] 
 
 @pytest.mark.parametrize(("case", "call", "error", "text"), ERRORS, ids=[e[0] for e in ERRORS])
 def test_an_error_reply_raises_a_named_exception_with_the_servers_words(
-    limiter: RateLimiter, r: redis.Redis, case: str, call: Callable[[RateLimiter], object],
-    error: type[Exception], text: str,
+    limiter: RateLimiter,
+    r: redis.Redis,
+    case: str,
+    call: Callable[[RateLimiter], object],
+    error: type[Exception],
+    text: str,
 ) -> None:
     r.set("s", "a string")
     limiter.token_bucket("tb", 1, 1)
@@ -226,7 +265,9 @@ def test_an_error_reply_raises_a_named_exception_with_the_servers_words(
     assert isinstance(raised.value, redis.ResponseError)  # existing handlers still catch it
 
 
-def test_module_errors_are_also_the_builtin_kind_they_are(limiter: RateLimiter, r: redis.Redis) -> None:
+def test_module_errors_are_also_the_builtin_kind_they_are(
+    limiter: RateLimiter, r: redis.Redis
+) -> None:
     with pytest.raises(ValueError):
         limiter.token_bucket("k", -1, 1)
     r.set("s", "x")

@@ -29,7 +29,9 @@ def example(path: Path, marker: str, port: int) -> dict[str, Any]:
 
 
 @pytest.mark.anyio
-async def test_the_readmes_fastapi_example_limits_as_it_says(server: Server, r: redis.Redis) -> None:
+async def test_the_readmes_fastapi_example_limits_as_it_says(
+    server: Server, r: redis.Redis
+) -> None:
     readme = REPO / "clients/python/README.md"
     app = example(readme, "fastapi-example", server.port)["app"]
     code = re.search(r"<!-- fastapi-example -->\s*```python\n(.*?)```", readme.read_text(), re.S)
@@ -40,8 +42,13 @@ async def test_the_readmes_fastapi_example_limits_as_it_says(server: Server, r: 
         other = await http.get("/hello", headers={"X-Api-Key": "another"})
     assert [r.status_code for r in responses] == [200] * 10 + [429]
     assert responses[0].json() == {"hello": "world"}
-    assert responses[0].headers["ratelimit-policy"] == '"tokenbucket";q=10;w=10, "per-minute";q=100;w=60'
-    assert re.fullmatch(r'"tokenbucket";r=9;t=1, "per-minute";r=99;t=\d+', responses[0].headers["ratelimit"])
+    assert (
+        responses[0].headers["ratelimit-policy"]
+        == '"tokenbucket";q=10;w=10, "per-minute";q=100;w=60'
+    )
+    assert re.fullmatch(
+        r'"tokenbucket";r=9;t=1, "per-minute";r=99;t=\d+', responses[0].headers["ratelimit"]
+    )
     denied = responses[-1]
     assert (denied.headers["retry-after"], denied.headers["x-ratelimit-remaining"]) == ("1", "0")
     assert denied.headers["ratelimit"] == '"tokenbucket";r=0;t=1, "per-minute";r=90;t=1'
@@ -49,14 +56,18 @@ async def test_the_readmes_fastapi_example_limits_as_it_says(server: Server, r: 
     assert other.status_code == 200
 
 
-def test_the_http_examples_flask_service_answers_as_its_walkthrough_shows(server: Server, r: redis.Redis) -> None:
+def test_the_http_examples_flask_service_answers_as_its_walkthrough_shows(
+    server: Server, r: redis.Redis
+) -> None:
     app = example(REPO / "docs/http-example.md", "flask-service", server.port)["app"]
     http = app.test_client()
     hello = [http.get("/api/hello", headers={"X-Api-Key": "demo"}) for _ in range(4)]
     assert [h.status_code for h in hello] == [200, 200, 200, 429]
     assert [h.headers["X-RateLimit-Remaining"] for h in hello] == ["2", "1", "0", "0"]
     assert [h.headers["RateLimit"] for h in hello[:3]] == [
-        '"hello";r=2;t=1', '"hello";r=1;t=2', '"hello";r=0;t=3',
+        '"hello";r=2;t=1',
+        '"hello";r=1;t=2',
+        '"hello";r=0;t=3',
     ]
     denied = hello[3]
     assert denied.status == "429 Too Many Requests"

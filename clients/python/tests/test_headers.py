@@ -24,7 +24,9 @@ from redis_ratelimit import (
 from redis_ratelimit.units import ceil_seconds, decimal_arg, duration_arg, duration_ms
 
 
-def decision(allowed: bool, remaining: int, retry_ms: int | None, reset_ms: int, **kw: object) -> Decision:
+def decision(
+    allowed: bool, remaining: int, retry_ms: int | None, reset_ms: int, **kw: object
+) -> Decision:
     return Decision(
         allowed=allowed,
         limit=10,
@@ -43,8 +45,12 @@ def test_an_allowed_decision_gives_the_legacy_set_in_seconds_rounded_up() -> Non
     }
 
 
-@pytest.mark.parametrize(("retry_ms", "seconds"), [(1, "1"), (999, "1"), (1000, "1"), (1001, "2"), (59_999, "60")])
-def test_retry_after_is_rounded_up_so_a_client_that_waits_is_never_early(retry_ms: int, seconds: str) -> None:
+@pytest.mark.parametrize(
+    ("retry_ms", "seconds"), [(1, "1"), (999, "1"), (1000, "1"), (1001, "2"), (59_999, "60")]
+)
+def test_retry_after_is_rounded_up_so_a_client_that_waits_is_never_early(
+    retry_ms: int, seconds: str
+) -> None:
     assert decision(False, 0, retry_ms, 60_000).headers()["Retry-After"] == seconds
 
 
@@ -88,7 +94,10 @@ def test_every_tier_is_an_item_and_tiers_of_one_name_are_told_apart() -> None:
 
 
 def test_a_concurrency_policy_states_its_unit_and_no_window() -> None:
-    assert Policy("uploads", 3, unit="concurrent-requests").item() == '"uploads";q=3;qu="concurrent-requests"'
+    assert (
+        Policy("uploads", 3, unit="concurrent-requests").item()
+        == '"uploads";q=3;qu="concurrent-requests"'
+    )
 
 
 def test_a_policy_name_is_escaped_as_a_structured_field_string() -> None:

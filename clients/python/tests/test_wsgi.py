@@ -37,7 +37,10 @@ def test_the_middleware_limits_every_request_and_adds_the_headers(r: redis.Redis
     )
     first, second, third = (get(app, "/hello") for _ in range(3))
     assert first.status_code == 200 and first.text == "hello"
-    assert first.headers["X-RateLimit-Remaining"] == "1" and second.headers["X-RateLimit-Remaining"] == "0"
+    assert (
+        first.headers["X-RateLimit-Remaining"] == "1"
+        and second.headers["X-RateLimit-Remaining"] == "0"
+    )
     assert first.headers["RateLimit"] == '"hello";r=1;t=2'
     assert third.status_code == 429 and third.headers["Retry-After"] == "2"
     assert third.headers["Content-Type"] == "text/plain; charset=utf-8"
@@ -83,9 +86,16 @@ def test_the_decorator_limits_each_view_apart_unless_they_share_a_scope(r: redis
     def d() -> str:
         return "d"
 
-    assert [get(app, p).status_code for p in ("/a", "/b", "/a", "/c", "/d")] == [200, 200, 429, 200, 429]
+    assert [get(app, p).status_code for p in ("/a", "/b", "/a", "/c", "/d")] == [
+        200,
+        200,
+        429,
+        200,
+        429,
+    ]
     assert sorted(r.keys()) == [
-        b"rl:{ip:10.0.0.7}:a:fixedwindow", b"rl:{ip:10.0.0.7}:b:fixedwindow",
+        b"rl:{ip:10.0.0.7}:a:fixedwindow",
+        b"rl:{ip:10.0.0.7}:b:fixedwindow",
         b"rl:{ip:10.0.0.7}:reports:fixedwindow",
     ]
 
@@ -101,13 +111,18 @@ def test_the_decorator_adds_the_headers_and_a_denied_view_does_not_run(r: redis.
         return "report"
 
     ok, denied = get(app, "/report"), get(app, "/report")
-    assert ok.status_code == 200 and ok.headers["RateLimit-Policy"] == '"burst";q=1;w=1000, "minute";q=5;w=60'
+    assert (
+        ok.status_code == 200
+        and ok.headers["RateLimit-Policy"] == '"burst";q=1;w=1000, "minute";q=5;w=60'
+    )
     assert denied.status_code == 429 and denied.headers["X-RateLimit-Remaining"] == "0"
     assert runs == [1]
 
 
 @pytest.mark.parametrize(("fail_open", "status"), [(True, 200), (False, 503)])
-def test_unreachable_redis_fails_as_chosen_under_wsgi(down: tuple[redis.Redis, Any], fail_open: bool, status: int) -> None:
+def test_unreachable_redis_fails_as_chosen_under_wsgi(
+    down: tuple[redis.Redis, Any], fail_open: bool, status: int
+) -> None:
     calls: list[str] = []
     app = flask_app(calls)
     app.wsgi_app = RateLimitWSGIMiddleware(  # type: ignore[method-assign]
@@ -120,7 +135,9 @@ def test_unreachable_redis_fails_as_chosen_under_wsgi(down: tuple[redis.Redis, A
 
 
 @pytest.mark.parametrize(("fail_open", "status"), [(True, 200), (False, 503)])
-def test_unreachable_redis_fails_as_chosen_in_the_decorator(down: tuple[redis.Redis, Any], fail_open: bool, status: int) -> None:
+def test_unreachable_redis_fails_as_chosen_in_the_decorator(
+    down: tuple[redis.Redis, Any], fail_open: bool, status: int
+) -> None:
     app = flask.Flask(__name__)
 
     @app.route("/x")

@@ -1,4 +1,5 @@
-"""The asyncio client: one method per command, over ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster``.
+"""The asyncio client: one method per command, over ``redis.asyncio.Redis``
+or ``redis.asyncio.cluster.RedisCluster``.
 
 Each method builds its command and reads the reply with `commands`; this
 class only sends it, so the sync and asyncio clients cannot drift apart in
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, TypeVar, Union
+from typing import TYPE_CHECKING, TypeVar
 
 from redis.exceptions import ResponseError
 from typing_extensions import Unpack
@@ -30,14 +31,15 @@ T = TypeVar("T")
 
 
 class AsyncRateLimiter:
-    """Rate-limit commands over a redis-py asyncio client: ``redis.asyncio.Redis`` or ``redis.asyncio.RedisCluster``.
+    """Rate-limit commands over a redis-py asyncio client:
+    ``redis.asyncio.Redis`` or ``redis.asyncio.cluster.RedisCluster``.
 
     Keys are routed by the client as any other command's (every command
     declares its keys); ``check_all`` needs its keys in one cluster slot, so
     give them a common hash tag (``{user:42}:s``, ``{user:42}:m``).
     """
 
-    def __init__(self, redis: Union[Redis, RedisCluster]) -> None:
+    def __init__(self, redis: Redis | RedisCluster) -> None:
         self.redis = redis
 
     async def run(self, command: Command[T]) -> T:

@@ -7,9 +7,9 @@ once, for both, and for redis-py's RESP2 and RESP3 shapes alike.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields, replace
-from typing import Any, Callable, Generic, TypedDict, TypeVar, Union
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Generic, TypedDict, TypeVar
 
 from typing_extensions import Unpack
 
@@ -21,10 +21,10 @@ from .units import Duration, duration_arg, ms
 T = TypeVar("T")
 
 #: A key, as redis-py takes one.
-Key = Union[str, bytes]
+Key = str | bytes
 
 #: The tiers of ``RL.ALL``: ``{key: limit}``, or ``(key, limit)`` pairs.
-Tiers = Union[Mapping[str, Limit], Mapping[bytes, Limit], Iterable[tuple[Key, Limit]]]
+Tiers = Mapping[str, Limit] | Mapping[bytes, Limit] | Iterable[tuple[Key, Limit]]
 
 
 class CheckOptions(TypedDict, total=False):
@@ -86,9 +86,7 @@ def check(key: Key, limit: Limit, **options: Unpack[CheckOptions]) -> Command[De
     )
 
 
-def check_all(
-    tiers: Tiers, **options: Unpack[CheckOptions]
-) -> Command[Decision]:
+def check_all(tiers: Tiers, **options: Unpack[CheckOptions]) -> Command[Decision]:
     """``RL.ALL numkeys key... <ALGORITHM params>... [options]``: every tier
     or none."""
     pairs: list[tuple[Key, Limit]] = list(tiers.items() if isinstance(tiers, Mapping) else tiers)
@@ -100,37 +98,41 @@ def check_all(
     policies = [limit.policy() for limit in limits]
 
     def parse(reply: Any) -> Decision:
-        parts = tuple(decision_from(r, p) for r, p in zip(reply[5], policies))
+        parts = tuple(decision_from(r, p) for r, p in zip(reply[5], policies, strict=True))
         # The combined five carry no delay: wait for the slowest tier's.
-        return replace(
-            decision_from(reply), delay=max(d.delay for d in parts), tiers=parts
-        )
+        return replace(decision_from(reply), delay=max(d.delay for d in parts), tiers=parts)
 
-    return Command(
-        "RL.ALL", (len(keys), *keys, *specs, *option_words(**options)), parse
-    )
+    return Command("RL.ALL", (len(keys), *keys, *specs, *option_words(**options)), parse)
 
 
-def acquire(key: Key, limit: int, lease: Duration, id: str | None = None) -> Command[Lease]:
+def acquire(key: Key, limit: int, lease: Duration, lease_id: str | None = None) -> Command[Lease]:
     """``RL.ACQUIRE key limit lease [ID id]``."""
     policy = Policy("concurrency", limit, unit="concurrent-requests")
 
     def parse(reply: Any) -> Lease:
         d = decision_from(reply[:5], policy)
-        lease_id = reply[5]
-        if isinstance(lease_id, bytes):
-            lease_id = lease_id.decode()
-        return Lease(**{f.name: getattr(d, f.name) for f in fields(Decision)}, id=lease_id)
+        taken = reply[5]  # the lease's id, or nil when refused
+        if isinstance(taken, bytes):
+            taken = taken.decode()
+        return Lease(
+            d.allowed,
+            d.limit,
+            d.remaining,
+            d.retry_after,
+            d.reset_after,
+            policy=policy,
+            id=taken,
+        )
 
     words: list[Arg] = [key, limit, duration_arg(lease)]
-    if id is not None:
-        words += ["ID", id]
+    if lease_id is not None:
+        words += ["ID", lease_id]
     return Command("RL.ACQUIRE", tuple(words), parse)
 
 
-def release(key: Key, id: str) -> Command[bool]:
+def release(key: Key, lease_id: str) -> Command[bool]:
     """``RL.RELEASE key id``: True if that id held a live lease."""
-    return Command("RL.RELEASE", (key, id), lambda reply: int(reply) == 1)
+    return Command("RL.RELEASE", (key, lease_id), lambda reply: int(reply) == 1)
 
 
 def info(key: Key) -> Command[KeyInfo | None]:

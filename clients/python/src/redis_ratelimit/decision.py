@@ -110,7 +110,7 @@ class Decision:
             return {}
         policies = _renamed_apart([policy for _, policy in tiers])
         limits = []
-        for (decision, _), policy in zip(tiers, policies):
+        for (decision, _), policy in zip(tiers, policies, strict=True):
             # t, the effective window, is the time until the tier is fresh
             # again; with a Retry-After it is capped there, because the
             # draft (section 6) wants Retry-After no earlier than the end of

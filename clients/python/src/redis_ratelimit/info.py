@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Union
+from typing import Any
 
 from .units import ms
 
 #: A field's value: integers, decimals, strings, and lists (a concurrency
 #: key's ``leases``: ``[id, end_ms]`` pairs).
-InfoValue = Union[int, float, str, list[Any]]
+InfoValue = int | float | str | list[Any]
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def parse_info(reply: Any) -> KeyInfo | None:
     if isinstance(reply, Mapping):
         pairs = list(reply.items())
     else:
-        pairs = list(zip(reply[0::2], reply[1::2]))
+        pairs = list(zip(reply[0::2], reply[1::2], strict=True))
     fields: dict[str, InfoValue] = {}
     for name, value in pairs:
         name, value = _text(name), _text(value)

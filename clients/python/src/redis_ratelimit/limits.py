@@ -12,13 +12,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import ClassVar, Union
+from typing import ClassVar
 
 from .decision import Policy
 from .units import Duration, Rate, decimal_arg, duration_arg, duration_ms
 
 #: One argument of a command, as redis-py sends it.
-Arg = Union[str, int, bytes]
+Arg = str | int | bytes
 
 
 @dataclass(frozen=True)

@@ -13,14 +13,13 @@ import math
 import re
 from datetime import timedelta
 from decimal import Decimal
-from typing import Union
 
 #: A duration: seconds when a number (``60``, ``1.5``), a string with a unit
 #: the module reads (``"250ms"``, ``"1m"``, ``"1h"``, ``"1d"``), or a timedelta.
-Duration = Union[int, float, str, timedelta]
+Duration = int | float | str | timedelta
 
 #: A rate, per second: ``0.5``, ``1000``.
-Rate = Union[int, float]
+Rate = int | float
 
 _MS_PER_UNIT = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*", re.IGNORECASE)

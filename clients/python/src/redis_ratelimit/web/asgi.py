@@ -6,8 +6,8 @@ FastAPI, ``app.add_middleware(RateLimitMiddleware, redis=..., limits=...)``.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping, MutableMapping, Sequence
-from typing import Any, Callable, Union
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
@@ -53,7 +53,7 @@ class RateLimitMiddleware:
         self,
         app: ASGIApp,
         *,
-        redis: Union[Redis, RedisCluster],
+        redis: Redis | RedisCluster,
         limits: Limit | Sequence[Limit],
         **options: Unpack[RuleOptions],
     ) -> None:
@@ -72,7 +72,10 @@ class RateLimitMiddleware:
         if not verdict.headers:
             await self.app(scope, receive, send)
             return
-        extra = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in verdict.headers]
+        extra = [
+            (name.lower().encode("latin-1"), value.encode("latin-1"))
+            for name, value in verdict.headers
+        ]
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -99,7 +102,9 @@ async def _send_response(send: Send, response: Response) -> None:
         {
             "type": "http.response.start",
             "status": response.status,
-            "headers": [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in response.headers],
+            "headers": [
+                (n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in response.headers
+            ],
         }
     )
     await send({"type": "http.response.body", "body": response.body})

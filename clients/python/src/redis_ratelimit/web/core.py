@@ -13,9 +13,9 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, TypedDict
+from typing import Any, TypedDict
 
 from redis.exceptions import ClusterDownError
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -56,7 +56,7 @@ class Request:
 
 #: Gives the identity a request is limited by, or None to not limit it
 #: (a health check, an internal caller).
-KeyFunc = Callable[[Request], Optional[str]]
+KeyFunc = Callable[[Request], str | None]
 
 
 def client_ip(request: Request) -> str | None:
@@ -201,7 +201,7 @@ class Rule:
         keys = [base + name for name in self.names]
         if len(self.limits) == 1:
             return commands.check(keys[0], self.limits[0], cost=cost)
-        return commands.check_all(zip(keys, self.limits), cost=cost)
+        return commands.check_all(zip(keys, self.limits, strict=True), cost=cost)
 
     def verdict(self, decision: Decision) -> Verdict:
         """Denied: 429 with the headers (``Retry-After`` unless the request
@@ -231,7 +231,11 @@ def _text_response(status: int, reason: str, text: str, headers: list[tuple[str,
     return Response(
         status,
         reason,
-        [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body))), *headers],
+        [
+            ("Content-Type", "text/plain; charset=utf-8"),
+            ("Content-Length", str(len(body))),
+            *headers,
+        ],
         body,
     )
 
@@ -271,7 +275,6 @@ def join_headers(pairs: list[tuple[str, str]]) -> dict[str, str]:
         name = name.lower()
         headers[name] = f"{headers[name]}, {value}" if name in headers else value
     return headers
-
 
 
 def decide(rule: Rule, request: Request, run: Callable[[Command[Decision]], Decision]) -> Verdict:

@@ -7,8 +7,8 @@ views are given the same `scope` to share their counts.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import Any, Callable, TypeVar, Union, cast
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
 
 import flask
 from redis import Redis
@@ -24,7 +24,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def rate_limit(
-    redis: Union[Redis, RedisCluster],
+    redis: Redis | RedisCluster,
     limits: Limit | Sequence[Limit],
     **options: Unpack[RuleOptions],
 ) -> Callable[[F], F]:

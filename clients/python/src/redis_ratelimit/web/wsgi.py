@@ -4,8 +4,8 @@ Flask decorator in `redis_ratelimit.web.flask` for one view at a time."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Callable, Union
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from redis import Redis
 from redis.cluster import RedisCluster
@@ -51,7 +51,7 @@ class RateLimitWSGIMiddleware:
         self,
         app: WSGIApp,
         *,
-        redis: Union[Redis, RedisCluster],
+        redis: Redis | RedisCluster,
         limits: Limit | Sequence[Limit],
         **options: Unpack[RuleOptions],
     ) -> None:
@@ -68,7 +68,9 @@ class RateLimitWSGIMiddleware:
         if not verdict.headers:
             return self.app(environ, start_response)
 
-        def start_with_headers(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        def start_with_headers(
+            status: str, headers: list[tuple[str, str]], exc_info: Any = None
+        ) -> Any:
             return start_response(status, [*headers, *verdict.headers], exc_info)
 
         return self.app(environ, start_with_headers)
