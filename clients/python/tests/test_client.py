@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import redis
+from redis.exceptions import NoPermissionError
 
 from redis_ratelimit import (
     GCRA,
@@ -273,6 +274,20 @@ def test_module_errors_are_also_the_builtin_kind_they_are(
     r.set("s", "x")
     with pytest.raises(TypeError):
         limiter.token_bucket("s", 1, 1)
+
+
+def test_an_error_that_is_not_the_modules_keeps_redis_pys_own_exception(
+    server: Server, r: redis.Redis
+) -> None:
+    r.acl_setuser(
+        "no-rl", enabled=True, nopass=True, keys="*", commands=["+@all", "-rl.tokenbucket"]
+    )
+    try:
+        limited = RateLimiter(redis.Redis(port=server.port, username="no-rl", password="x"))
+        with pytest.raises(NoPermissionError):
+            limited.token_bucket("k", 1, 1)
+    finally:
+        r.acl_deluser("no-rl")
 
 
 def test_a_server_without_the_module_says_so() -> None:

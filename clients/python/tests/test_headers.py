@@ -121,6 +121,7 @@ def test_no_header_set_asked_gives_only_retry_after() -> None:
         (LeakyBucket(5, 2), 5, 3),  # 2.5 s, rounded up
         (GCRA(9, 10, "1s"), 10, 1),  # 10 a second, bursts of 9 beyond: 10 in 1 s
         (GCRA(0, 1, "1m"), 1, 60),
+        (GCRA(4, 1, "1m"), 5, 300),  # 1 a minute, bursts of 4 beyond: 5 in 5 minutes
         (SlidingCounter(100, "250ms"), 100, 1),  # the draft's w is at least 1
         (SlidingLog(5, "15m"), 5, 900),
         (FixedWindow(1000, timedelta(days=1)), 1000, 86_400),
