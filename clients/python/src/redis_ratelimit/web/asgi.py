@@ -15,7 +15,7 @@ from typing_extensions import Unpack
 
 from ..async_client import AsyncRateLimiter
 from ..limits import Limit
-from .core import PASS, UNREACHABLE, Request, Response, Rule, RuleOptions, Verdict
+from .core import PASS, UNREACHABLE, Request, Response, Rule, RuleOptions, Verdict, join_headers
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -26,10 +26,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 def asgi_request(scope: Mapping[str, Any]) -> Request:
     """The request of an ASGI ``http`` scope."""
-    headers: dict[str, str] = {}
-    for raw_name, raw_value in scope.get("headers", ()):
-        name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
-        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    raw_headers = scope.get("headers", ())
+    headers = join_headers([(n.decode("latin-1"), v.decode("latin-1")) for n, v in raw_headers])
     client = scope.get("client")
     user = scope.get("user")  # set by Starlette's AuthenticationMiddleware, if installed
     identity = getattr(user, "identity", None) if getattr(user, "is_authenticated", False) else None
