@@ -6,7 +6,7 @@ MODULE_DEBUG := target/debug/libredis_ratelimit.so
 
 VALKEY_DIR := target/valkey
 
-.PHONY: run test test-valkey soak deps build build-debug lint accuracy bench bench-quick bench-core bench-profile fuzz
+.PHONY: run test test-python test-valkey soak deps build build-debug lint accuracy bench bench-quick bench-core bench-profile fuzz
 
 deps:
 	@scripts/ensure-deps.sh
@@ -25,9 +25,30 @@ run: build
 	redis-server redis.conf --port $(PORT)
 
 # Unit tests, then the integration tests, which start their own servers
-# loading the debug build of the module (RL_MODULE overrides the path).
+# loading the debug build of the module (RL_MODULE overrides the path), then
+# the Python client's.
 test: build-debug
 	cargo test --all-targets
+	@$(MAKE) --no-print-directory test-python
+
+# The Python client (clients/python): its lints and format (ruff), its types
+# (mypy --strict), then its tests (pytest), which start their own servers
+# with the debug build; all in a virtual environment inside the repository
+# (target/pyenv) holding the package (editable) and the pinned test
+# dependencies, made again when those change.
+PYENV := target/pyenv
+PYCLIENT := clients/python
+
+$(PYENV)/installed: $(PYCLIENT)/pyproject.toml $(PYCLIENT)/requirements-test.txt
+	python3 -m venv $(PYENV)
+	$(PYENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		-r $(PYCLIENT)/requirements-test.txt -e $(PYCLIENT)
+	touch $@
+
+test-python: build-debug $(PYENV)/installed
+	cd $(PYCLIENT) && ../../$(PYENV)/bin/ruff check . && ../../$(PYENV)/bin/ruff format --check .
+	cd $(PYCLIENT) && ../../$(PYENV)/bin/mypy
+	cd $(PYCLIENT) && ../../$(PYENV)/bin/python -m pytest -q
 
 # The integration tests against valkey-server 8.1.8 instead of redis-server
 # (fetched once into $(VALKEY_DIR) by scripts/get-valkey.sh; its valkey-cli

@@ -13,6 +13,8 @@
 # - redis-cli, redis-benchmark: do they run? Package redis-tools.
 # - libfaketime (the clock tests): does preloading it, as tests/clock.rs
 #   does, move a program's clock? Package faketime.
+# - python3 -m venv (the Python client's tests, `make test-python`): does it
+#   make a virtual environment with a working pip? Package python3-venv.
 # Rust (stable, with cargo) must be installed beforehand: https://rustup.rs
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,12 +54,24 @@ has_libfaketime() {
   [ -n "$faked" ] && [ "$faked" -gt "$real" ]
 }
 
+# The tests' own environment (target/pyenv) answers when it works; else a
+# throwaway one does (a few seconds, so not on every run).
+has_python_venv() {
+  target/pyenv/bin/python -m pip --version >/dev/null 2>&1 && return 0
+  local dir ok=0
+  dir=$(mktemp -d) || return 1
+  { python3 -m venv "$dir/venv" && "$dir/venv/bin/python" -m pip --version; } >/dev/null 2>&1 || ok=1
+  rm -rf "$dir"
+  return $ok
+}
+
 missing_packages() {
   local missing=()
   has_libclang || missing+=(libclang-dev)
   has_redis_server || missing+=(redis-server)
   { runs redis-cli --version && runs redis-benchmark --version; } || missing+=(redis-tools)
   has_libfaketime || missing+=(faketime)
+  has_python_venv || missing+=(python3-venv)
   echo "${missing[@]:-}"
 }
 
@@ -83,7 +97,8 @@ if command -v apt-get >/dev/null 2>&1; then
 else
   say "missing: $packages (Debian/Ubuntu package names)"
   say "this is not a Debian-like system: install libclang (with clang's headers), redis-server and"
-  say "redis-cli/redis-benchmark 7.0 or later, and libfaketime, then run this again"
+  say "redis-cli/redis-benchmark 7.0 or later, libfaketime, and Python 3.10+ with venv and pip,"
+  say "then run this again"
   exit 1
 fi
 

@@ -1,0 +1,43 @@
+"""A client for the redis-ratelimit module: typed decisions, HTTP headers,
+and middleware for web apps (``redis_ratelimit.web``)."""
+
+from .async_client import AsyncRateLimiter
+from .client import RateLimiter
+from .commands import CheckOptions, Key
+from .decision import Decision, Headers, Lease, Policy
+from .errors import (
+    InvalidArgumentError,
+    ModuleNotLoadedError,
+    RateLimitError,
+    RateLimitExceeded,
+    WrongTypeError,
+)
+from .info import KeyInfo
+from .limits import GCRA, FixedWindow, LeakyBucket, Limit, SlidingCounter, SlidingLog, TokenBucket
+from .units import Duration, Rate
+
+__all__ = [
+    "GCRA",
+    "AsyncRateLimiter",
+    "CheckOptions",
+    "Decision",
+    "Duration",
+    "FixedWindow",
+    "Headers",
+    "InvalidArgumentError",
+    "Key",
+    "KeyInfo",
+    "LeakyBucket",
+    "Lease",
+    "Limit",
+    "ModuleNotLoadedError",
+    "Policy",
+    "Rate",
+    "RateLimitError",
+    "RateLimitExceeded",
+    "RateLimiter",
+    "SlidingCounter",
+    "SlidingLog",
+    "TokenBucket",
+    "WrongTypeError",
+]

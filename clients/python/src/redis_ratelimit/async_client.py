@@ -1,0 +1,144 @@
+"""The asyncio client: one method per command, over ``redis.asyncio.Redis``
+or ``redis.asyncio.cluster.RedisCluster``.
+
+Each method builds its command and reads the reply with `commands`; this
+class only sends it, so the sync and asyncio clients cannot drift apart in
+what they send or how they read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, TypeVar
+
+from redis.exceptions import ResponseError
+from typing_extensions import Unpack
+
+from . import commands
+from .commands import CheckOptions, Command, Key, Tiers
+from .decision import Decision, Lease
+from .errors import RateLimitExceeded, translate
+from .info import KeyInfo
+from .limits import GCRA, FixedWindow, LeakyBucket, Limit, SlidingCounter, SlidingLog, TokenBucket
+from .units import Duration, Rate
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+    from redis.asyncio.cluster import RedisCluster
+
+T = TypeVar("T")
+
+
+class AsyncRateLimiter:
+    """Rate-limit commands over a redis-py asyncio client:
+    ``redis.asyncio.Redis`` or ``redis.asyncio.cluster.RedisCluster``.
+
+    Keys are routed by the client as any other command's (every command
+    declares its keys); ``check_all`` needs its keys in one cluster slot, so
+    give them a common hash tag (``{user:42}:s``, ``{user:42}:m``).
+    """
+
+    def __init__(self, redis: Redis | RedisCluster) -> None:
+        self.redis = redis
+
+    async def run(self, command: Command[T]) -> T:
+        """Sends `command`; an error reply raises the matching exception
+        of `redis_ratelimit.errors`."""
+        try:
+            reply = await self.redis.execute_command(*command.words)
+        except ResponseError as error:
+            raise translate(error, command.name) from error
+        return command.parse(reply)
+
+    async def check(self, key: Key, limit: Limit, **options: Unpack[CheckOptions]) -> Decision:
+        """Checks `key` against `limit` (any algorithm)."""
+        return await self.run(commands.check(key, limit, **options))
+
+    async def token_bucket(
+        self, key: Key, capacity: int, rate: Rate, **options: Unpack[CheckOptions]
+    ) -> Decision:
+        """``RL.TOKENBUCKET``: bursts up to `capacity`, refilling `rate` a second."""
+        return await self.check(key, TokenBucket(capacity, rate), **options)
+
+    async def sliding_counter(
+        self,
+        key: Key,
+        limit: int,
+        window: Duration,
+        precision: int | None = None,
+        **options: Unpack[CheckOptions],
+    ) -> Decision:
+        """``RL.SLIDINGCOUNTER``: about `limit` in any `window`."""
+        return await self.check(key, SlidingCounter(limit, window, precision), **options)
+
+    async def fixed_window(
+        self, key: Key, limit: int, window: Duration, **options: Unpack[CheckOptions]
+    ) -> Decision:
+        """``RL.FIXEDWINDOW``: `limit` per epoch-aligned `window`."""
+        return await self.check(key, FixedWindow(limit, window), **options)
+
+    async def sliding_log(
+        self, key: Key, limit: int, window: Duration, **options: Unpack[CheckOptions]
+    ) -> Decision:
+        """``RL.SLIDINGLOG``: exactly at most `limit` in any `window`."""
+        return await self.check(key, SlidingLog(limit, window), **options)
+
+    async def leaky_bucket(
+        self, key: Key, capacity: int, rate: Rate, **options: Unpack[CheckOptions]
+    ) -> Decision:
+        """``RL.LEAKYBUCKET``: a queue of `capacity` leaving at `rate` a
+        second; wait ``decision.delay`` before acting."""
+        return await self.check(key, LeakyBucket(capacity, rate), **options)
+
+    async def gcra(
+        self, key: Key, burst: int, count: int, period: Duration, **options: Unpack[CheckOptions]
+    ) -> Decision:
+        """``RL.GCRA``: `count` per `period`, bursts of `burst` beyond."""
+        return await self.check(key, GCRA(burst, count, period), **options)
+
+    async def cl_throttle(
+        self, key: Key, max_burst: int, count: int, period: int, quantity: int = 1
+    ) -> Decision:
+        """``CL.THROTTLE``, for code moving from redis-cell (same key state
+        as ``gcra``, which answers in milliseconds)."""
+        return await self.run(commands.cl_throttle(key, max_burst, count, period, quantity))
+
+    async def check_all(
+        self,
+        tiers: Tiers,
+        **options: Unpack[CheckOptions],
+    ) -> Decision:
+        """``RL.ALL``: every (key, limit) tier at once, taken from all or from
+        none; ``decision.tiers`` holds each tier's own answer."""
+        return await self.run(commands.check_all(tiers, **options))
+
+    async def acquire(
+        self, key: Key, limit: int, lease: Duration, *, lease_id: str | None = None
+    ) -> Lease:
+        """``RL.ACQUIRE``: one of `limit` slots for at most `lease`; give
+        ``lease.id`` to `release`."""
+        return await self.run(commands.acquire(key, limit, lease, lease_id))
+
+    async def release(self, key: Key, lease_id: str) -> bool:
+        """``RL.RELEASE``: True if `lease_id` held a live lease."""
+        return await self.run(commands.release(key, lease_id))
+
+    @asynccontextmanager
+    async def hold(
+        self, key: Key, limit: int, lease: Duration, *, lease_id: str | None = None
+    ) -> AsyncIterator[Lease]:
+        """A slot held while the block runs, released when it ends (a crash
+        gives it back when the lease ends). Raises `RateLimitExceeded` when
+        no slot is free, so the block never runs without one."""
+        taken = await self.acquire(key, limit, lease, lease_id=lease_id)
+        if not taken.allowed or taken.id is None:
+            raise RateLimitExceeded(taken)
+        try:
+            yield taken
+        finally:
+            await self.release(key, taken.id)
+
+    async def info(self, key: Key) -> KeyInfo | None:
+        """``RL.INFO``: what `key` holds, or None when it does not exist."""
+        return await self.run(commands.info(key))

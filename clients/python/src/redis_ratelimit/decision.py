@@ -1,0 +1,147 @@
+"""What a check decided, and the HTTP fields that tell a client about it.
+
+Every check command replies with the same five integers (allowed, limit,
+remaining, retry_after_ms, reset_after_ms), so one ``Decision`` serves every
+algorithm, ``RL.ALL`` and ``RL.ACQUIRE``, and its headers are written once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+
+from .units import ceil_seconds
+
+#: Header fields by name, ready for any framework's response.
+Headers = dict[str, str]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A quota policy, as the IETF draft's ``RateLimit-Policy`` field
+    describes one (draft-ietf-httpapi-ratelimit-headers-11, section 3):
+    ``quota`` units per ``window``, under a ``name`` the ``RateLimit``
+    field refers back to."""
+
+    name: str
+    quota: int
+    #: The span the quota is for; None leaves ``w`` out (a concurrency limit
+    #: has no window).
+    window: timedelta | None = None
+    #: The draft's quota unit (``qu``); None means its default, requests.
+    unit: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or any(not " " <= c <= "~" for c in self.name):
+            raise ValueError(
+                f"policy name {self.name!r} must be non-empty printable ASCII "
+                "(it is sent as a structured-field string)"
+            )
+
+    def item(self) -> str:
+        """This policy as an item of the ``RateLimit-Policy`` list."""
+        text = f"{_sf_string(self.name)};q={self.quota}"
+        if self.unit is not None:
+            text += f";qu={_sf_string(self.unit)}"
+        if self.window is not None:
+            # The draft wants whole seconds, at least 1.
+            text += f";w={max(1, ceil_seconds(self.window))}"
+        return text
+
+
+def _sf_string(text: str) -> str:
+    """A structured-field string (RFC 8941 section 3.3.3)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The answer to one check.
+
+    ``retry_after`` is zero when allowed, else how long until this same
+    request would be allowed, or None when it never can be (its cost is
+    above the limit). ``reset_after`` is how long until the key is back to
+    its fresh state. ``delay`` is how long to wait before acting, so that
+    the output is smooth (the leaky bucket's sixth element; zero for every
+    other algorithm). For ``RL.ALL``, the fields are the combined answer and
+    ``tiers`` holds each tier's own, in key order.
+    """
+
+    allowed: bool
+    limit: int
+    remaining: int
+    retry_after: timedelta | None
+    reset_after: timedelta
+    delay: timedelta = timedelta(0)
+    policy: Policy | None = None
+    tiers: tuple[Decision, ...] = field(default=())
+
+    def headers(self, *, legacy: bool = True, ietf: bool = True) -> Headers:
+        """The response header fields for this decision.
+
+        ``legacy``: ``X-RateLimit-Limit``, ``X-RateLimit-Remaining``,
+        ``X-RateLimit-Reset`` (seconds until fresh, rounded up: a delay, not
+        a Unix time). ``ietf``: ``RateLimit-Policy`` and ``RateLimit`` (one
+        item per tier). ``Retry-After`` (seconds, rounded up) comes with
+        either set when the request is denied, and never when it can never
+        pass: a client would wait and be refused again.
+        """
+        headers: Headers = {}
+        retry = self.retry_after_header()
+        if legacy:
+            headers["X-RateLimit-Limit"] = str(self.limit)
+            headers["X-RateLimit-Remaining"] = str(self.remaining)
+            headers["X-RateLimit-Reset"] = str(ceil_seconds(self.reset_after))
+        if ietf:
+            headers.update(self._ietf_fields(retry))
+        if retry is not None:
+            headers["Retry-After"] = str(retry)
+        return headers
+
+    def retry_after_header(self) -> int | None:
+        """``Retry-After`` in seconds, or None when it is not to be sent."""
+        if self.allowed or self.retry_after is None:
+            return None
+        return max(1, ceil_seconds(self.retry_after))
+
+    def _ietf_fields(self, retry: int | None) -> Headers:
+        tiers = [(d, p) for d in (self.tiers or (self,)) if (p := d.policy) is not None]
+        if not tiers:
+            return {}
+        policies = _renamed_apart([policy for _, policy in tiers])
+        limits = []
+        for (decision, _), policy in zip(tiers, policies, strict=True):
+            # t, the effective window, is the time until the tier is fresh
+            # again; with a Retry-After it is capped there, because the
+            # draft (section 6) wants Retry-After no earlier than the end of
+            # any effective window, and "no more than r within t" stays
+            # true for a shorter t.
+            t = ceil_seconds(decision.reset_after)
+            if retry is not None:
+                t = min(t, retry)
+            limits.append(f"{_sf_string(policy.name)};r={decision.remaining};t={t}")
+        return {
+            "RateLimit-Policy": ", ".join(policy.item() for policy in policies),
+            "RateLimit": ", ".join(limits),
+        }
+
+
+def _renamed_apart(policies: list[Policy]) -> list[Policy]:
+    """The policies with every name used once, as the RateLimit field needs
+    to say which is which: a second and later use of a name gets ``-2``,
+    ``-3``... (two tiers of one algorithm, both left unnamed)."""
+    seen: dict[str, int] = {}
+    out = []
+    for policy in policies:
+        seen[policy.name] = seen.get(policy.name, 0) + 1
+        n = seen[policy.name]
+        out.append(policy if n == 1 else replace(policy, name=f"{policy.name}-{n}"))
+    return out
+
+
+@dataclass(frozen=True)
+class Lease(Decision):
+    """The answer to ``RL.ACQUIRE``: a ``Decision`` whose ``id`` names the
+    slot taken (to give to ``release``), or None when none was."""
+
+    id: str | None = None

@@ -1,0 +1,74 @@
+"""Numbers and durations as the module reads them, and back.
+
+The module is the one judge of what is valid: these functions only spell a
+Python value the way the module's grammar reads it (a decimal, with a unit for
+durations), so that the server's error, naming the parameter, is the one the
+caller sees. The parsing half exists for the HTTP headers alone, which need a
+policy's window in seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import timedelta
+from decimal import Decimal
+
+#: A duration: seconds when a number (``60``, ``1.5``), a string with a unit
+#: the module reads (``"250ms"``, ``"1m"``, ``"1h"``, ``"1d"``), or a timedelta.
+Duration = int | float | str | timedelta
+
+#: A rate, per second: ``0.5``, ``1000``.
+Rate = int | float
+
+_MS_PER_UNIT = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*", re.IGNORECASE)
+_SECOND = timedelta(seconds=1)
+
+
+def decimal_arg(value: float) -> str:
+    """A number as a plain decimal: ``1e-05`` would reach the server as an
+    exponent, which its grammar does not read, so 0.00001 is spelled out."""
+    if isinstance(value, int):
+        return str(value)
+    return format(Decimal(repr(value)), "f")
+
+
+def duration_arg(value: Duration) -> str:
+    """A duration as an argument: strings go as they are (the server reads the
+    units), numbers as seconds, timedeltas as milliseconds (the module's
+    resolution; a fraction is rounded by the server)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, timedelta):
+        micros = value // timedelta(microseconds=1)
+        sign, micros = ("-", -micros) if micros < 0 else ("", micros)
+        whole, frac = divmod(micros, 1000)
+        return f"{sign}{whole}.{frac:03d}ms" if frac else f"{sign}{whole}ms"
+    return decimal_arg(value)
+
+
+def duration_ms(value: Duration) -> float | None:
+    """A duration in milliseconds, or None when it is not one the module
+    would read (the server then refuses the command, with its reason)."""
+    if isinstance(value, timedelta):
+        return value / timedelta(milliseconds=1)
+    if isinstance(value, str):
+        match = _DURATION.fullmatch(value)
+        if match is None:
+            return None
+        unit = (match.group(2) or "s").lower()
+        return float(match.group(1)) * _MS_PER_UNIT[unit]
+    ms = float(value) * 1000
+    return ms if math.isfinite(ms) else None
+
+
+def ceil_seconds(delta: timedelta) -> int:
+    """Whole seconds, rounded up: a client that waits that long is never early
+    (HTTP's delay-seconds, as Retry-After and the RateLimit fields use)."""
+    return -(-delta // _SECOND)
+
+
+def ms(value: int) -> timedelta:
+    """A reply's millisecond count as a duration."""
+    return timedelta(milliseconds=value)

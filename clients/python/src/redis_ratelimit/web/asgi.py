@@ -1,0 +1,108 @@
+"""Rate limiting for ASGI apps (Starlette, FastAPI, any ASGI framework).
+
+A plain ASGI middleware, so it needs no framework: with Starlette or
+FastAPI, ``app.add_middleware(RateLimitMiddleware, redis=..., limits=...)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from typing_extensions import Unpack
+
+from ..async_client import AsyncRateLimiter
+from ..limits import Limit
+from .core import PASS, UNREACHABLE, Request, Response, Rule, RuleOptions, Verdict, join_headers
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def asgi_request(scope: Mapping[str, Any]) -> Request:
+    """The request of an ASGI ``http`` scope."""
+    raw_headers = scope.get("headers", ())
+    headers = join_headers([(n.decode("latin-1"), v.decode("latin-1")) for n, v in raw_headers])
+    client = scope.get("client")
+    user = scope.get("user")  # set by Starlette's AuthenticationMiddleware, if installed
+    identity = getattr(user, "identity", None) if getattr(user, "is_authenticated", False) else None
+    return Request(
+        method=scope.get("method", ""),
+        path=scope.get("path", ""),
+        headers=headers,
+        client=client[0] if client else None,
+        user=identity or None,
+        raw=scope,
+    )
+
+
+class RateLimitMiddleware:
+    """Checks every HTTP request before the app sees it: a denied one is
+    answered ``429 Too Many Requests`` with the headers, an allowed one
+    reaches the app and its response gets the headers. The arguments after
+    `redis` are `Rule`'s (`redis_ratelimit.web.Rule`)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        redis: Redis | RedisCluster,
+        limits: Limit | Sequence[Limit],
+        **options: Unpack[RuleOptions],
+    ) -> None:
+        self.app = app
+        self.limiter = AsyncRateLimiter(redis)
+        self.rule = Rule(limits, **options)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # websocket, lifespan
+            await self.app(scope, receive, send)
+            return
+        verdict = await self.decide(asgi_request(scope))
+        if verdict.response is not None:
+            await _send_response(send, verdict.response)
+            return
+        if not verdict.headers:
+            await self.app(scope, receive, send)
+            return
+        extra = [
+            (name.lower().encode("latin-1"), value.encode("latin-1"))
+            for name, value in verdict.headers
+        ]
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message)
+                message["headers"] = [*message.get("headers", ()), *extra]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+    async def decide(self, request: Request) -> Verdict:
+        """The verdict on `request` (`core.decide`, awaiting Redis)."""
+        command = self.rule.command(request)
+        if command is None:
+            return PASS
+        try:
+            decision = await self.limiter.run(command)
+        except UNREACHABLE as error:
+            return self.rule.unreachable(error)
+        return self.rule.verdict(decision)
+
+
+async def _send_response(send: Send, response: Response) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": response.status,
+            "headers": [
+                (n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in response.headers
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": response.body})

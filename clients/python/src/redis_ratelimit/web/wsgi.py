@@ -1,0 +1,76 @@
+"""Rate limiting for WSGI apps: a middleware for any WSGI app (Flask:
+``app.wsgi_app = RateLimitWSGIMiddleware(app.wsgi_app, ...)``), and the
+Flask decorator in `redis_ratelimit.web.flask` for one view at a time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from redis import Redis
+from redis.cluster import RedisCluster
+from typing_extensions import Unpack
+
+from ..client import RateLimiter
+from ..limits import Limit
+from .core import Request, Rule, RuleOptions, decide
+
+Environ = dict[str, Any]
+StartResponse = Callable[..., Any]
+WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
+
+
+def wsgi_request(environ: Mapping[str, Any]) -> Request:
+    """The request of a WSGI environ (PEP 3333: headers are ``HTTP_*``,
+    but the body's type and length are not)."""
+    headers = {
+        name[5:].replace("_", "-").lower(): str(value)
+        for name, value in environ.items()
+        if name.startswith("HTTP_")
+    }
+    for name in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+        if environ.get(name):
+            headers[name.replace("_", "-").lower()] = str(environ[name])
+    return Request(
+        method=str(environ.get("REQUEST_METHOD", "")),
+        path=str(environ.get("PATH_INFO", "")),
+        headers=headers,
+        client=environ.get("REMOTE_ADDR") or None,
+        user=environ.get("REMOTE_USER") or None,
+        raw=environ,
+    )
+
+
+class RateLimitWSGIMiddleware:
+    """Checks every request before the app sees it: a denied one is answered
+    ``429 Too Many Requests`` with the headers, an allowed one reaches the
+    app and its response gets the headers. The arguments after `redis` are
+    `Rule`'s (`redis_ratelimit.web.Rule`)."""
+
+    def __init__(
+        self,
+        app: WSGIApp,
+        *,
+        redis: Redis | RedisCluster,
+        limits: Limit | Sequence[Limit],
+        **options: Unpack[RuleOptions],
+    ) -> None:
+        self.app = app
+        self.limiter = RateLimiter(redis)
+        self.rule = Rule(limits, **options)
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        verdict = decide(self.rule, wsgi_request(environ), self.limiter.run)
+        if verdict.response is not None:
+            response = verdict.response
+            start_response(f"{response.status} {response.reason}", response.headers)
+            return [response.body]
+        if not verdict.headers:
+            return self.app(environ, start_response)
+
+        def start_with_headers(
+            status: str, headers: list[tuple[str, str]], exc_info: Any = None
+        ) -> Any:
+            return start_response(status, [*headers, *verdict.headers], exc_info)
+
+        return self.app(environ, start_with_headers)
