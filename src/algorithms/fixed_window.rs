@@ -21,7 +21,7 @@ use super::{
 };
 use crate::encoding::{ensure, put_i64, put_u64, DecodeError, Reader};
 use crate::error::CommandError;
-use crate::parse::syntax::{Syntax, Word, LIMIT, WINDOW};
+use crate::parse::syntax::{duration_word, Syntax, Word, LIMIT, WINDOW};
 use crate::parse::values::{amount, duration_ms};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +40,18 @@ pub(crate) fn limit_and_window(words: &[&[u8]]) -> Result<(u64, u64), CommandErr
     Ok((amount(limit, "limit")?, duration_ms(window, "window")?))
 }
 
+/// What the window algorithms accept: a limit from 1 to [`MAX_AMOUNT`], a
+/// window from 1 ms to [`MAX_DURATION_MS`].
+pub(crate) fn check_limit_and_window(limit: u64, window_ms: u64) -> Result<(), &'static str> {
+    if !(1..=MAX_AMOUNT).contains(&limit) {
+        Err("limit out of range")
+    } else if !(1..=MAX_DURATION_MS).contains(&window_ms) {
+        Err("window out of range")
+    } else {
+        Ok(())
+    }
+}
+
 /// `RL.FIXEDWINDOW key limit window`.
 impl Syntax for FixedWindowParams {
     const PARAMS: &'static [Word] = &[LIMIT, WINDOW];
@@ -49,6 +61,16 @@ impl Syntax for FixedWindowParams {
     fn from_words(words: &[&[u8]]) -> Result<Self, CommandError> {
         let (limit, window_ms) = limit_and_window(words)?;
         Ok(Self { limit, window_ms })
+    }
+
+    const EXAMPLE: &'static [&'static str] = &["100", "1m"];
+
+    fn check(&self) -> Result<(), &'static str> {
+        check_limit_and_window(self.limit, self.window_ms)
+    }
+
+    fn to_words(&self) -> Vec<String> {
+        vec![self.limit.to_string(), duration_word(self.window_ms)]
     }
 }
 
@@ -184,18 +206,15 @@ impl State for FixedWindow {
         let window_ms = input.u64()?;
         let count = input.u64()?;
         let updated_ms = input.i64()?;
-        ensure((1..=MAX_AMOUNT).contains(&limit), "limit out of range")?;
-        ensure(
-            (1..=MAX_DURATION_MS).contains(&window_ms),
-            "window out of range",
-        )?;
+        let params = FixedWindowParams { limit, window_ms };
+        params.check().map_err(DecodeError)?;
         ensure(count <= MAX_AMOUNT, "count out of range")?;
         ensure(
             (0..=MAX_TIMESTAMP_MS).contains(&updated_ms),
             "timestamp out of range",
         )?;
         Ok(Self {
-            params: FixedWindowParams { limit, window_ms },
+            params,
             count,
             updated_ms,
         })

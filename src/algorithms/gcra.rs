@@ -26,9 +26,9 @@
 
 use super::schedule::{Pace, Schedule};
 use super::{Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, NS_PER_MS};
-use crate::encoding::{ensure, put_u64, DecodeError, Reader};
+use crate::encoding::{put_u64, DecodeError, Reader};
 use crate::error::CommandError;
-use crate::parse::syntax::{Kind, Syntax, Word};
+use crate::parse::syntax::{duration_word, Kind, Syntax, Word};
 use crate::parse::values::{amount, duration_ms};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,7 +103,7 @@ impl Syntax for GcraParams {
         };
         let count = amount(count, "count")?;
         let period_ms = duration_ms(period, "period")?;
-        if u128::from(count) > u128::from(period_ms) * 1_000_000 {
+        if !fast_enough(count, period_ms) {
             return Err(CommandError::must_be(
                 "count",
                 "at most 1000000 per millisecond of period",
@@ -115,6 +115,35 @@ impl Syntax for GcraParams {
             period_ms,
         })
     }
+
+    const EXAMPLE: &'static [&'static str] = &["4", "10", "1s"];
+
+    fn check(&self) -> Result<(), &'static str> {
+        if self.burst >= MAX_AMOUNT {
+            Err("burst out of range")
+        } else if !(1..=MAX_AMOUNT).contains(&self.count) {
+            Err("count out of range")
+        } else if !(1..=MAX_DURATION_MS).contains(&self.period_ms) {
+            Err("period out of range")
+        } else if !fast_enough(self.count, self.period_ms) {
+            Err("count out of range for its period")
+        } else {
+            Ok(())
+        }
+    }
+
+    fn to_words(&self) -> Vec<String> {
+        vec![
+            self.burst.to_string(),
+            self.count.to_string(),
+            duration_word(self.period_ms),
+        ]
+    }
+}
+
+/// At most one request a nanosecond: `T` of at least 1 ns.
+fn fast_enough(count: u64, period_ms: u64) -> bool {
+    u128::from(count) <= u128::from(period_ms) * 1_000_000
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,17 +218,12 @@ impl State for Gcra {
         let count = input.u64()?;
         let period_ms = input.u64()?;
         let schedule = Schedule::read(input)?;
-        ensure(burst < MAX_AMOUNT, "burst out of range")?;
-        ensure((1..=MAX_AMOUNT).contains(&count), "count out of range")?;
-        ensure(
-            (1..=MAX_DURATION_MS).contains(&period_ms),
-            "period out of range",
-        )?;
         let params = GcraParams {
             burst,
             count,
             period_ms,
         };
+        params.check().map_err(DecodeError)?;
         schedule.validate(params.pace(), "theoretical arrival time out of range")?;
         Ok(Self { params, schedule })
     }

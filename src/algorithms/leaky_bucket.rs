@@ -24,11 +24,9 @@
 //! Replies round up to whole milliseconds, so no caller acts too early.
 
 use super::schedule::{Pace, Schedule};
-use super::token_bucket::capacity_and_rate;
-use super::{
-    ns_to_ms_ceil, Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, NS_PER_MS,
-};
-use crate::encoding::{ensure, put_f64, put_u64, DecodeError, Reader};
+use super::token_bucket::{capacity_and_rate, check_capacity_and_rate};
+use super::{ns_to_ms_ceil, Algorithm, Decision, Field, Mode, State, MAX_DURATION_MS, NS_PER_MS};
+use crate::encoding::{put_f64, put_u64, DecodeError, Reader};
 use crate::error::CommandError;
 use crate::parse::syntax::{Kind, Syntax, Word};
 
@@ -87,6 +85,16 @@ impl Syntax for LeakyBucketParams {
             capacity,
             rate_per_s,
         })
+    }
+
+    const EXAMPLE: &'static [&'static str] = &["10", "2"];
+
+    fn check(&self) -> Result<(), &'static str> {
+        check_capacity_and_rate(self.capacity, self.rate_per_s)
+    }
+
+    fn to_words(&self) -> Vec<String> {
+        vec![self.capacity.to_string(), self.rate_per_s.to_string()]
     }
 }
 
@@ -163,18 +171,11 @@ impl State for LeakyBucket {
         let capacity = input.u64()?;
         let rate_per_s = input.f64()?;
         let schedule = Schedule::read(input)?;
-        ensure(
-            (1..=MAX_AMOUNT).contains(&capacity),
-            "capacity out of range",
-        )?;
-        ensure(
-            rate_per_s.is_finite() && rate_per_s > 0.0,
-            "rate out of range",
-        )?;
         let params = LeakyBucketParams {
             capacity,
             rate_per_s,
         };
+        params.check().map_err(DecodeError)?;
         schedule.validate(params.pace(), "drain time out of range")?;
         Ok(Self { params, schedule })
     }
@@ -184,7 +185,7 @@ impl State for LeakyBucket {
 mod tests {
     use super::*;
     use crate::algorithms::testkit::call;
-    use crate::algorithms::{ms_to_ns, MAX_TIMESTAMP_MS};
+    use crate::algorithms::{ms_to_ns, MAX_AMOUNT, MAX_TIMESTAMP_MS};
     use proptest::prelude::*;
 
     const T0: i64 = 1_700_000_000_000;

@@ -19,6 +19,8 @@ mod schedule;
 pub mod sliding_counter;
 pub mod sliding_log;
 #[cfg(test)]
+mod strictness;
+#[cfg(test)]
 pub(crate) mod testkit;
 pub mod token_bucket;
 

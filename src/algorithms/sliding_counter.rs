@@ -12,13 +12,11 @@
 //! bucket is exactly `window_ms` ticks long, and the weighted count is
 //! compared as an integer scaled by `window_ms`.
 
-use super::fixed_window::limit_and_window;
-use super::{
-    Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS,
-};
+use super::fixed_window::{check_limit_and_window, limit_and_window};
+use super::{Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_TIMESTAMP_MS};
 use crate::encoding::{ensure, put_i64, put_u16, put_u64, DecodeError, Reader};
 use crate::error::CommandError;
-use crate::parse::syntax::{Kind, OptionWord, Syntax, Word, LIMIT, WINDOW};
+use crate::parse::syntax::{duration_word, Kind, OptionWord, Syntax, Word, LIMIT, WINDOW};
 use crate::parse::values::small_count;
 
 /// The most sub-windows a window may be cut into.
@@ -59,6 +57,26 @@ impl Syntax for SlidingCounterParams {
             window_ms,
             precision: 1,
         })
+    }
+
+    const EXAMPLE: &'static [&'static str] = &["100", "1m", "PRECISION", "6"];
+
+    fn check(&self) -> Result<(), &'static str> {
+        check_limit_and_window(self.limit, self.window_ms)?;
+        if (1..=MAX_PRECISION).contains(&self.precision) {
+            Ok(())
+        } else {
+            Err("precision out of range")
+        }
+    }
+
+    fn to_words(&self) -> Vec<String> {
+        vec![
+            self.limit.to_string(),
+            duration_word(self.window_ms),
+            "PRECISION".to_string(),
+            self.precision.to_string(),
+        ]
     }
 
     fn with_options(self, values: &[Option<u64>]) -> Self {
@@ -333,15 +351,12 @@ impl State for SlidingCounter {
         let window_ms = input.u64()?;
         let precision = input.u16()?;
         let updated_ms = input.i64()?;
-        ensure((1..=MAX_AMOUNT).contains(&limit), "limit out of range")?;
-        ensure(
-            (1..=MAX_DURATION_MS).contains(&window_ms),
-            "window out of range",
-        )?;
-        ensure(
-            (1..=MAX_PRECISION).contains(&precision),
-            "precision out of range",
-        )?;
+        let params = SlidingCounterParams {
+            limit,
+            window_ms,
+            precision,
+        };
+        params.check().map_err(DecodeError)?;
         ensure(
             (0..=MAX_TIMESTAMP_MS).contains(&updated_ms),
             "timestamp out of range",
@@ -355,11 +370,7 @@ impl State for SlidingCounter {
             counts.push(count);
         }
         Ok(Self {
-            params: SlidingCounterParams {
-                limit,
-                window_ms,
-                precision,
-            },
+            params,
             counts: counts.into_boxed_slice(),
             updated_ms,
         })
@@ -370,6 +381,7 @@ impl State for SlidingCounter {
 mod tests {
     use super::*;
     use crate::algorithms::testkit::{call, encode};
+    use crate::algorithms::MAX_DURATION_MS;
 
     /// A time on a minute boundary, so windows of 60 s start here.
     const T0: i64 = 1_700_000_040_000;

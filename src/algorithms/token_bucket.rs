@@ -31,6 +31,18 @@ pub(crate) fn capacity_and_rate(words: &[&[u8]]) -> Result<(u64, f64), CommandEr
     Ok((amount(capacity, "capacity")?, rate(rate_per_s, "rate")?))
 }
 
+/// What both buckets accept: a capacity from 1 to [`MAX_AMOUNT`], a finite
+/// rate above 0.
+pub(crate) fn check_capacity_and_rate(capacity: u64, rate_per_s: f64) -> Result<(), &'static str> {
+    if !(1..=MAX_AMOUNT).contains(&capacity) {
+        Err("capacity out of range")
+    } else if !(rate_per_s.is_finite() && rate_per_s > 0.0) {
+        Err("rate out of range")
+    } else {
+        Ok(())
+    }
+}
+
 /// `RL.TOKENBUCKET key capacity rate`.
 impl Syntax for TokenBucketParams {
     const PARAMS: &'static [Word] = &[
@@ -54,6 +66,16 @@ impl Syntax for TokenBucketParams {
             capacity,
             rate_per_s,
         })
+    }
+
+    const EXAMPLE: &'static [&'static str] = &["10", "0.5"];
+
+    fn check(&self) -> Result<(), &'static str> {
+        check_capacity_and_rate(self.capacity, self.rate_per_s)
+    }
+
+    fn to_words(&self) -> Vec<String> {
+        vec![self.capacity.to_string(), self.rate_per_s.to_string()]
     }
 }
 
@@ -220,14 +242,11 @@ impl State for TokenBucket {
         let rate_per_s = input.f64()?;
         let tokens = input.f64()?;
         let updated_ms = input.i64()?;
-        ensure(
-            (1..=MAX_AMOUNT).contains(&capacity),
-            "capacity out of range",
-        )?;
-        ensure(
-            rate_per_s.is_finite() && rate_per_s > 0.0,
-            "rate out of range",
-        )?;
+        let params = TokenBucketParams {
+            capacity,
+            rate_per_s,
+        };
+        params.check().map_err(DecodeError)?;
         ensure(
             tokens.is_finite() && (0.0..=capacity as f64).contains(&tokens),
             "tokens out of range",
@@ -237,10 +256,7 @@ impl State for TokenBucket {
             "timestamp out of range",
         )?;
         Ok(Self {
-            params: TokenBucketParams {
-                capacity,
-                rate_per_s,
-            },
+            params,
             tokens,
             updated_ms,
         })

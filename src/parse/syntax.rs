@@ -61,6 +61,25 @@ pub trait Syntax: Copy + PartialEq + std::fmt::Debug + Sized {
     fn with_options(self, _values: &[Option<u64>]) -> Self {
         self
     }
+
+    /// Words that parse to parameters of this kind (for tests, fuzzing and
+    /// examples).
+    const EXAMPLE: &'static [&'static str];
+
+    /// Whether these are parameters the parser can give; otherwise the one
+    /// that is out of range. A state's decoder (RDB, `RL.SETSTATE`, a
+    /// replica's full sync) accepts exactly these, so no state can hold
+    /// parameters a command refuses (a property test holds this to the
+    /// parser).
+    fn check(&self) -> Result<(), &'static str>;
+
+    /// The words (and own options) that parse back to these parameters.
+    fn to_words(&self) -> Vec<String>;
+}
+
+/// A duration in ms as a word the parser reads back exactly.
+pub fn duration_word(ms: u64) -> String {
+    format!("{ms}ms")
 }
 
 // The words several algorithms share.

@@ -44,13 +44,11 @@
 
 mod entries;
 
-use super::fixed_window::limit_and_window;
-use super::{
-    Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS,
-};
+use super::fixed_window::{check_limit_and_window, limit_and_window};
+use super::{Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_TIMESTAMP_MS};
 use crate::encoding::{ensure, put_i64, put_u64, DecodeError, Reader};
 use crate::error::CommandError;
-use crate::parse::syntax::{Syntax, Word, LIMIT, WINDOW};
+use crate::parse::syntax::{duration_word, Syntax, Word, LIMIT, WINDOW};
 use entries::{decode_entry, Entry, EntryQueue};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +71,16 @@ impl Syntax for SlidingLogParams {
     fn from_words(words: &[&[u8]]) -> Result<Self, CommandError> {
         let (limit, window_ms) = limit_and_window(words)?;
         Ok(Self { limit, window_ms })
+    }
+
+    const EXAMPLE: &'static [&'static str] = &["100", "1m"];
+
+    fn check(&self) -> Result<(), &'static str> {
+        check_limit_and_window(self.limit, self.window_ms)
+    }
+
+    fn to_words(&self) -> Vec<String> {
+        vec![self.limit.to_string(), duration_word(self.window_ms)]
     }
 }
 
@@ -444,11 +452,9 @@ impl State for SlidingLog {
         let updated_ms = input.i64()?;
         let count = input.u64()?;
         let oldest_ms = input.i64()?;
-        ensure((1..=MAX_AMOUNT).contains(&limit), "limit out of range")?;
-        ensure(
-            (1..=MAX_DURATION_MS).contains(&window_ms),
-            "window out of range",
-        )?;
+        SlidingLogParams { limit, window_ms }
+            .check()
+            .map_err(DecodeError)?;
         ensure(
             (0..=MAX_TIMESTAMP_MS).contains(&updated_ms),
             "timestamp out of range",
@@ -512,6 +518,7 @@ impl State for SlidingLog {
 mod tests {
     use super::*;
     use crate::algorithms::testkit::{call, decode_body, encode_body as encode};
+    use crate::algorithms::MAX_DURATION_MS;
     use entries::{COUNT32, COUNT64, GAP_HIGH};
     use proptest::prelude::*;
 
