@@ -381,7 +381,6 @@ impl State for SlidingCounter {
 mod tests {
     use super::*;
     use crate::algorithms::testkit::{call, encode};
-    use crate::algorithms::MAX_DURATION_MS;
 
     /// A time on a minute boundary, so windows of 60 s start here.
     const T0: i64 = 1_700_000_040_000;
