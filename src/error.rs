@@ -41,6 +41,13 @@ impl CommandError {
         Self::syntax(&format!("{name} given more than once"))
     }
 
+    /// Redis's own reply to a write refused at `maxmemory`.
+    pub fn out_of_memory() -> Self {
+        Reply(Cow::Borrowed(
+            "OOM command not allowed when used memory > 'maxmemory'.",
+        ))
+    }
+
     pub fn wrong_type() -> Self {
         Reply(Cow::Borrowed(
             "WRONGTYPE Operation against a key holding the wrong kind of value",

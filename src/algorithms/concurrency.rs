@@ -256,6 +256,13 @@ impl Leases {
         (self.decision(params.limit, now_ms, true), true)
     }
 
+    /// Whether acquiring for `id` at `now_ms` would take a new slot (rather
+    /// than renew `id`'s, or be denied): the state grows by a lease.
+    pub fn would_add(&self, params: LeaseParams, now_ms: i64, id: &[u8]) -> bool {
+        let now_ms = now_ms.max(self.updated_ms);
+        !self.holds(id, now_ms) && self.book.live_count(now_ms) < params.limit
+    }
+
     /// Gives back the live lease `id` holds. Returns whether there was one;
     /// when there was not, nothing changes.
     pub fn release(&mut self, now_ms: i64, id: &[u8]) -> bool {

@@ -231,6 +231,13 @@ pub trait Algorithm: State {
         None
     }
 
+    /// Whether taking `cost` at `now_ms` under `params` would grow the state
+    /// (an entry more in the sliding log), which the Redis layer refuses at
+    /// `maxmemory`. States of a fixed size never grow: the default.
+    fn grows_with(&self, _params: Self::Params, _now_ms: i64, _cost: u64) -> bool {
+        false
+    }
+
     /// For algorithms whose state is costly to copy (the sliding log): what
     /// [`Algorithm::check`] at `now_ms` (already clamped) would answer for a
     /// request that is not taken (a peek, or a denial), without changing or

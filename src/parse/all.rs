@@ -98,11 +98,7 @@ pub fn all(args: &[&[u8]]) -> Result<AllArgs, CommandError> {
             )));
         };
         let Some(parsed) = tier(word, after) else {
-            return Err(CommandError::syntax(&format!(
-                "unknown algorithm '{}' (expected {})",
-                shown(&word.to_ascii_uppercase()),
-                expected_words()
-            )));
+            return Err(unknown_algorithm(word));
         };
         let (tier, next) = parsed?;
         tiers.push(tier);
@@ -110,6 +106,28 @@ pub fn all(args: &[&[u8]]) -> Result<AllArgs, CommandError> {
     }
     let options = check_options(rest, &[], &mut [None; MAX_OWN_OPTIONS])?;
     Ok(AllArgs { tiers, options })
+}
+
+/// `RL.PEEK key <ALGORITHM> <params> [COST n]`, after the key: one spec, as
+/// in `RL.ALL`, then the options (`PEEK` is implied, and accepted).
+pub fn peek(args: &[&[u8]]) -> Result<(Tier, CheckOptions), CommandError> {
+    let Some((word, after)) = args.split_first() else {
+        return Err(CommandError::Arity);
+    };
+    let Some(parsed) = tier(word, after) else {
+        return Err(unknown_algorithm(word));
+    };
+    let (tier, rest) = parsed?;
+    let options = check_options(rest, &[], &mut [None; MAX_OWN_OPTIONS])?;
+    Ok((tier, options))
+}
+
+fn unknown_algorithm(word: &[u8]) -> CommandError {
+    CommandError::syntax(&format!(
+        "unknown algorithm '{}' (expected {})",
+        shown(&word.to_ascii_uppercase()),
+        expected_words()
+    ))
 }
 
 /// One spec after its algorithm's `word`: the parameters, then any of the
@@ -156,6 +174,38 @@ fn expected_words() -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn peek_reads_one_spec_then_cost() {
+        let words: Vec<&[u8]> = vec![
+            b"slidingcounter",
+            b"5",
+            b"1m",
+            b"PRECISION",
+            b"3",
+            b"COST",
+            b"2",
+        ];
+        let (tier, options) = peek(&words).unwrap();
+        assert_eq!(
+            tier,
+            Tier::SlidingCounter(SlidingCounterParams {
+                limit: 5,
+                window_ms: 60_000,
+                precision: 3
+            })
+        );
+        assert_eq!(options.cost, 2);
+        assert_eq!(peek(&[]), Err(CommandError::Arity));
+        assert_eq!(
+            text(peek(&[b"BUCKET", b"1", b"1"])),
+            "ERR syntax error: unknown algorithm 'BUCKET' (expected TOKENBUCKET, SLIDINGCOUNTER, FIXEDWINDOW, SLIDINGLOG, LEAKYBUCKET or GCRA)"
+        );
+        assert_eq!(
+            text(peek(&[b"GCRA", b"1", b"1"])),
+            "ERR syntax error: GCRA needs 3 parameters"
+        );
+    }
+
     use super::*;
     use crate::algorithms::gcra::GcraParams;
     use crate::algorithms::sliding_counter::SlidingCounterParams;

@@ -350,6 +350,12 @@ impl Algorithm for SlidingLog {
         }
     }
 
+    /// A request in a millisecond that already has an entry adds to its
+    /// count; any other adds an entry.
+    fn grows_with(&self, _params: SlidingLogParams, now_ms: i64, _cost: u64) -> bool {
+        self.entries.is_empty() || now_ms.max(self.updated_ms) > self.newest_ms
+    }
+
     /// Walks only the entries that left the window by `now_ms`: O(1)
     /// amortised, as the next allowed check drops them.
     fn allows_in_place(&self, now_ms: i64, cost: u64) -> Option<bool> {

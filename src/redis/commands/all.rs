@@ -10,7 +10,9 @@ use super::super::api::{rm, run, Args, Ctx, KeyName, Status};
 use super::super::key::Key;
 use super::super::replicate::Run;
 use super::super::stats;
-use super::check::{count, denied, reply_decision, reply_five_then, store, written, Checked};
+use super::check::{
+    count, denied, out_of_memory, reply_decision, reply_five_then, store, written, Checked,
+};
 use crate::algorithms::{Decision, Mode};
 use crate::error::CommandError;
 use crate::parse::{self, Tier};
@@ -64,6 +66,8 @@ type Commit<'a> = Box<dyn FnOnce(&Run<'a>, KeyName<'a>) -> Result<(), CommandErr
 struct Planned<'a> {
     decision: Decision,
     commit: Option<Commit<'a>>,
+    /// Whether the commit creates the key or grows its state.
+    grows: bool,
 }
 
 /// `RL.ALL` with `words` after the command's name (`numkeys` first), the
@@ -95,6 +99,9 @@ pub fn all<'a>(
     }
     let mut decisions: Vec<Decision> = planned.iter().map(|p| p.decision).collect();
     if Decision::all_of(&decisions).allowed {
+        if mode == Mode::Take && planned.iter().any(|p| p.grows) {
+            out_of_memory(run)?;
+        }
         for (tier, key_name) in planned.into_iter().zip(key_names) {
             if let Some(commit) = tier.commit {
                 commit(run, key_name)?;
@@ -162,8 +169,13 @@ fn plan<'a, A: Checked>(
 ) -> Result<Planned<'a>, CommandError> {
     let mut key = Key::open(run.ctx, key_name, false);
     let stored = key.value::<A>()?;
+    let grows = match &stored {
+        Some(state) => state.grows_with(params, run.now_ms, cost),
+        None => true,
+    };
     let (decision, next) = A::check_with(stored.map(|s| &*s), params, run.now_ms, cost, mode);
     Ok(Planned {
+        grows: grows && next.is_some(),
         decision,
         commit: next.map(|next| {
             Box::new(move |run: &Run<'a>, key_name: KeyName<'a>| {

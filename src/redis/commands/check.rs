@@ -16,7 +16,7 @@ use super::super::types::Stored;
 use crate::algorithms::gcra::Gcra;
 use crate::algorithms::{Algorithm, Decision, Mode};
 use crate::error::CommandError;
-use crate::parse;
+use crate::parse::{self, Tier};
 use crate::redis_cell::{cl_throttle, cl_throttle_reply};
 use crate::replay::Command;
 
@@ -101,11 +101,60 @@ pub fn throttle(
     Ok(decision)
 }
 
+/// `RL.PEEK key <ALGORITHM> <params> [COST n]`: a check's answer, changing
+/// nothing, from a command flagged read-only, so that read-only replicas and
+/// `EVAL_RO` scripts can answer it (for dashboards reading what is left).
+pub unsafe extern "C" fn peek_command(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    // SAFETY: Redis passes this command's own context and arguments.
+    unsafe { run(ctx, argv, argc, peek_reply) }
+}
+
+fn peek_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
+    // Nothing changes, so nothing is propagated: the replay's command is moot.
+    let run = Run::live(ctx, Command::All, 1);
+    let result = args.key(1).ok_or(CommandError::Arity).and_then(|key_name| {
+        let (tier, options) = parse::peek(&args.bytes_from(2))?;
+        peek_tier(&run, key_name, &tier, options.cost)
+    });
+    match result {
+        Ok(decision) => reply_decision(ctx, &decision),
+        Err(error) => ctx.reply_error(&error),
+    }
+}
+
+/// Peeks with the algorithm `tier` names, made from the registry.
+macro_rules! peek_tier {
+    (
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        others { $($others:tt)* }
+    ) => {
+        fn peek_tier(
+            run: &Run<'_>,
+            key_name: KeyName<'_>,
+            tier: &Tier,
+            cost: u64,
+        ) -> Result<Decision, CommandError> {
+            match *tier {
+                $(Tier::$ty(params) => {
+                    apply::<crate::algorithms::$module::$ty>(run, key_name, params, cost, Mode::Peek)
+                })*
+            }
+        }
+    };
+}
+crate::registry!(peek_tier);
+
 /// One check of one key: load its state, decide, and when a request was
 /// taken store the new state (in place when the algorithm allows). Any
 /// request (not a peek) leaves the key's expiry in its band (see
 /// `crate::replay::next_expiry`), so a key whose expiry was removed or
-/// moved gets it back even from a denial.
+/// moved gets it back even from a denial. At `maxmemory`, a request that
+/// would create a key or grow its state is refused with Redis's OOM error;
+/// everything else is decided (see [`out_of_memory`]).
 fn apply<A: Checked>(
     run: &Run<'_>,
     key_name: KeyName<'_>,
@@ -117,13 +166,19 @@ fn apply<A: Checked>(
     let Some(stored) = key.value::<A>()? else {
         let (decision, next) = A::check_with(None, params, run.now_ms, cost, mode);
         match next {
-            Some(next) => store(run, &mut key, key_name, next)?,
+            Some(next) => {
+                out_of_memory(run)?;
+                store(run, &mut key, key_name, next)?;
+            }
             None => denied(run, key_name, mode, &decision),
         }
         return Ok(decision);
     };
     if mode == Mode::Peek {
         return Ok(stored.check_stored(params, run.now_ms, cost, mode).0);
+    }
+    if stored.grows_with(params, run.now_ms, cost) {
+        out_of_memory(run)?;
     }
     let before_ms = stored.fresh_at_ms();
     let (decision, changed) = stored.check_stored(params, run.now_ms, cost, mode);
@@ -139,6 +194,20 @@ fn apply<A: Checked>(
         denied(run, key_name, mode, &decision);
     }
     Ok(decision)
+}
+
+/// Refuses a request that would take more memory when the server is at
+/// `maxmemory` (with `noeviction`, or nothing left to evict): Redis's own OOM
+/// error, as for a command flagged `deny-oom`. The check commands are not
+/// flagged so, because most requests need no new memory (peeks, denials,
+/// updates of a state in place) and an application at `maxmemory` still
+/// needs its decisions. Replays are never refused: the primary decided.
+pub fn out_of_memory(run: &Run<'_>) -> Result<(), CommandError> {
+    if !run.is_replay() && run.ctx.flags() & raw::REDISMODULE_CTX_FLAGS_OOM as c_int != 0 {
+        Err(CommandError::out_of_memory())
+    } else {
+        Ok(())
+    }
 }
 
 /// Announces a denied request (`deny-events`), where it was decided.

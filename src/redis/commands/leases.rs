@@ -9,7 +9,7 @@ use super::super::api::{random_hex, run, Args, Ctx, KeyName, Status};
 use super::super::key::Key;
 use super::super::replicate::Run;
 use super::super::stats;
-use super::check::{count, denied, reply_five_then, store, written};
+use super::check::{count, denied, out_of_memory, reply_five_then, store, written};
 use crate::algorithms::concurrency::Leases;
 use crate::algorithms::{Decision, Mode, State};
 use crate::error::CommandError;
@@ -76,6 +76,9 @@ pub fn acquire(
     let mut key = Key::open(run.ctx, key_name, true);
     let decision = match key.value::<Leases>()? {
         Some(leases) => {
+            if leases.would_add(params, run.now_ms, &id) {
+                out_of_memory(run)?;
+            }
             let (decision, changed) = leases.acquire(params, run.now_ms, &id);
             let fresh_at_ms = leases.fresh_at_ms();
             let moved = key.settle_expiry(fresh_at_ms, run.expiry_slack_ms);
@@ -85,6 +88,7 @@ pub fn acquire(
             decision
         }
         None => {
+            out_of_memory(run)?;
             let mut leases = Leases::new(params, run.now_ms);
             let (decision, _) = leases.acquire(params, run.now_ms, &id);
             store(run, &mut key, key_name, leases)?;

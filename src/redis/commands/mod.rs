@@ -32,8 +32,10 @@ pub struct Command {
     pub doc: Doc,
 }
 
-/// Flags of a command that decides a request: it may write the key.
-const CHECK: &CStr = c"write deny-oom fast";
+/// Flags of a command that decides a request: it may write the key. Not
+/// `deny-oom`: at `maxmemory` it still decides, refusing itself only what
+/// would take more memory (`check::out_of_memory`).
+const CHECK: &CStr = c"write fast";
 
 /// A check reads the state, answers from it, and updates it (creating the key
 /// on a first allowed request), like `INCR`.
@@ -141,9 +143,28 @@ pub fn table() -> Vec<Command> {
             },
         ),
         one_key(
+            "rl.peek",
+            check::peek_command,
+            c"readonly fast",
+            Doc {
+                summary: "What a check would answer now, changing nothing: the algorithm's name without RL. and its parameters, as an RL.ALL spec. Read-only, so read-only replicas and EVAL_RO scripts answer it. Replies as the check command does with PEEK.",
+                since: FIRST_RELEASE,
+                complexity: "The complexity of the algorithm's check",
+                keys: KeySpec {
+                    position: KeyPosition::First,
+                    flags: RO | ACCESS,
+                },
+                args: vec![
+                    key("The key holding the limit's state."),
+                    arg("spec", ArgKind::String, "The algorithm's name without RL. (TOKENBUCKET, SLIDINGCOUNTER, ...), then its command's parameters and own options, e.g. TOKENBUCKET 10 1.").multiple(),
+                    COST,
+                ],
+            },
+        ),
+        one_key(
             "rl.setstate",
             state::set_state_command,
-            CHECK,
+            c"write deny-oom",
             Doc {
                 summary: "Sets a key to a rate-limit state as this module encodes it: what replicas and the AOF receive in place of a check.",
                 since: FIRST_RELEASE,
@@ -252,7 +273,7 @@ pub fn table() -> Vec<Command> {
         Command {
             name: CString::from(c"rl.all"),
             handler: all::all_command,
-            flags: c"write deny-oom getkeys-api",
+            flags: c"write getkeys-api",
             keys: (0, 0, 0),
             doc: Doc {
                 summary: "Checks several limits at once, all or nothing: one algorithm spec per key, all decided at the same instant; a request any tier denies takes from none. Replies the five integers combined (allowed only if every tier allows), then each tier's own reply.",

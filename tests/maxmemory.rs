@@ -1,0 +1,205 @@
+//! At `maxmemory` (with `noeviction`) the limiter keeps deciding: what needs
+//! no new memory (peeks, denials, updates of a key in place) is answered;
+//! only what would create a key or grow its state is refused, with Redis's
+//! own OOM error, and changes nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+
+/// A server at `maxmemory`: keys made first, then the limit set just below
+/// what is used.
+fn server_at_maxmemory(keys: &[&[&str]]) -> (Server, redis::Connection) {
+    let server = Server::start(&["--maxmemory-policy", "noeviction"]);
+    let mut con = server.connect();
+    for words in keys {
+        run(&mut con, words).unwrap();
+    }
+    let used: i64 = info_field(&mut con, "memory", "used_memory")
+        .parse()
+        .unwrap();
+    run(
+        &mut con,
+        &[
+            "CONFIG",
+            "SET",
+            "maxmemory",
+            &(used - 200_000).max(1).to_string(),
+        ],
+    )
+    .unwrap();
+    let oom = error_of(&mut con, &["SET", "probe", "x"]);
+    assert!(
+        oom.starts_with("OOM"),
+        "the server is not at maxmemory: {oom}"
+    );
+    (server, con)
+}
+
+const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+
+#[test]
+fn existing_keys_are_still_decided_in_place_at_maxmemory() {
+    let (_server, mut con) = server_at_maxmemory(&[
+        &["RL.TOKENBUCKET", "tb", "2", "0.001"],
+        &["RL.GCRA", "g", "1", "1", "1h"],
+        &["RL.FIXEDWINDOW", "fw", "3", "1h"],
+        &["RL.SLIDINGCOUNTER", "sc", "3", "1h"],
+        &["RL.LEAKYBUCKET", "lb", "3", "0.001"],
+        &["CL.THROTTLE", "cl", "2", "1", "3600"],
+    ]);
+    assert_eq!(
+        check(&mut con, &["RL.TOKENBUCKET", "tb", "2", "0.001"])[..3],
+        [1, 2, 0]
+    );
+    assert_eq!(
+        check(&mut con, &["RL.TOKENBUCKET", "tb", "2", "0.001"])[0],
+        0,
+        "denied"
+    );
+    assert_eq!(check(&mut con, &["RL.GCRA", "g", "1", "1", "1h"])[0], 1);
+    assert_eq!(check(&mut con, &["RL.FIXEDWINDOW", "fw", "3", "1h"])[0], 1);
+    assert_eq!(
+        check(&mut con, &["RL.SLIDINGCOUNTER", "sc", "3", "1h"])[0],
+        1
+    );
+    assert_eq!(
+        check(&mut con, &["RL.LEAKYBUCKET", "lb", "3", "0.001"])[0],
+        1
+    );
+    assert_eq!(
+        check(&mut con, &["CL.THROTTLE", "cl", "2", "1", "3600"])[0],
+        0,
+        "allowed"
+    );
+    assert_eq!(
+        check(&mut con, &["CL.THROTTLE", "cl", "2", "1", "3600", "0"])[0],
+        0
+    );
+}
+
+#[test]
+fn peeks_and_denials_are_answered_for_any_key_at_maxmemory() {
+    let (_server, mut con) = server_at_maxmemory(&[&["RL.FIXEDWINDOW", "full", "1", "1h"]]);
+    let r = check(&mut con, &["RL.TOKENBUCKET", "new", "10", "1", "PEEK"]);
+    assert_eq!(r[..3], [1, 10, 10]);
+    assert_eq!(
+        check(&mut con, &["RL.PEEK", "new", "TOKENBUCKET", "10", "1"])[..3],
+        [1, 10, 10]
+    );
+    assert_eq!(
+        check(&mut con, &["CL.THROTTLE", "new", "4", "1", "60", "0"])[0],
+        0
+    );
+    let denied = check(&mut con, &["RL.FIXEDWINDOW", "full", "1", "1h"]);
+    assert_eq!(denied[..3], [0, 1, 0]);
+    let never = check(
+        &mut con,
+        &["RL.TOKENBUCKET", "new", "10", "1", "COST", "11"],
+    );
+    assert_eq!(
+        (never[0], never[3]),
+        (0, -1),
+        "a cost that can never pass is denied, not refused"
+    );
+    assert!(!exists(&mut con, "new"));
+}
+
+#[test]
+fn what_would_create_a_key_or_grow_its_state_is_refused_and_changes_nothing() {
+    let (_server, mut con) = server_at_maxmemory(&[
+        &["RL.SLIDINGLOG", "log", "10", "1h"],
+        &["RL.ACQUIRE", "leases", "5", "1h", "ID", "held"],
+        &["RL.TOKENBUCKET", "tb", "10", "0.001"],
+    ]);
+    for words in [
+        &["RL.TOKENBUCKET", "new", "10", "1"][..],
+        &["CL.THROTTLE", "new", "4", "1", "60"],
+        &["RL.ACQUIRE", "new", "3", "1m"],
+        &["RL.ACQUIRE", "leases", "5", "1h", "ID", "another"],
+        &[
+            "RL.ALL",
+            "2",
+            "tb",
+            "new",
+            "TOKENBUCKET",
+            "10",
+            "0.001",
+            "FIXEDWINDOW",
+            "5",
+            "1m",
+        ],
+    ] {
+        assert_eq!(error_of(&mut con, words), OOM, "{words:?}");
+    }
+    assert!(!exists(&mut con, "new"));
+    let before = dump(&mut con, "tb");
+    let _ = check(&mut con, &["RL.TOKENBUCKET", "tb", "10", "0.001", "PEEK"]);
+    assert_eq!(dump(&mut con, "tb"), before, "RL.ALL took from no tier");
+    // A second request in a millisecond with an entry adds to its count
+    // (in place); one in a later millisecond needs an entry: refused.
+    let log = dump(&mut con, "log");
+    std::thread::sleep(std::time::Duration::from_millis(3));
+    assert_eq!(
+        error_of(&mut con, &["RL.SLIDINGLOG", "log", "10", "1h"]),
+        OOM
+    );
+    assert_eq!(dump(&mut con, "log"), log);
+    // Renewing a lease takes no new slot.
+    let (renewed, _) = (
+        run(&mut con, &["RL.ACQUIRE", "leases", "5", "1h", "ID", "held"]).unwrap(),
+        (),
+    );
+    let first: Vec<redis::Value> = redis::from_redis_value(renewed).unwrap();
+    assert_eq!(first[0], redis::Value::Int(1));
+    assert_eq!(
+        run(&mut con, &["RL.RELEASE", "leases", "held"]).unwrap(),
+        redis::Value::Int(1)
+    );
+}
+
+/// A replica at its own `maxmemory` still applies what its primary decided.
+#[test]
+fn a_replica_never_refuses_what_its_primary_decided() {
+    let primary = Server::start(&[]);
+    let replica = Server::start_replica_of(&primary);
+    let mut r = replica.connect();
+    let used: i64 = info_field(&mut r, "memory", "used_memory").parse().unwrap();
+    run(&mut r, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]).unwrap();
+    run(
+        &mut r,
+        &[
+            "CONFIG",
+            "SET",
+            "maxmemory",
+            &(used - 200_000).max(1).to_string(),
+        ],
+    )
+    .unwrap();
+    let mut p = primary.connect();
+    for i in 0..20 {
+        check(&mut p, &["RL.TOKENBUCKET", &format!("k{i}"), "10", "1"]);
+        check(&mut p, &["RL.SLIDINGLOG", "log", "100", "1h"]);
+    }
+    let sent: i64 = info_field(&mut p, "replication", "master_repl_offset")
+        .parse()
+        .unwrap();
+    wait_for(
+        "the replica to catch up",
+        std::time::Duration::from_secs(10),
+        || {
+            info_field(&mut r, "replication", "master_repl_offset")
+                .parse::<i64>()
+                .unwrap()
+                >= sent
+        },
+    );
+    for key in ["k0", "k19", "log"] {
+        assert_eq!(
+            digest_value(&mut p, key),
+            digest_value(&mut r, key),
+            "{key}"
+        );
+    }
+}
