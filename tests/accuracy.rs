@@ -13,6 +13,17 @@ use sim::{
 
 const SEED: u64 = 7;
 
+macro_rules! algorithm_names {
+    (
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        others { $($others:tt)* }
+    ) => {
+        /// The name of every algorithm of the registry.
+        const ALGORITHMS: &[&str] = &[$($name),*];
+    };
+}
+redis_ratelimit::registry!(algorithm_names);
+
 fn pattern(slug: &str) -> Pattern {
     study_patterns(SEED)
         .into_iter()
@@ -151,4 +162,25 @@ fn the_sliding_counter_errs_only_near_the_limit_and_less_with_more_precision() {
         assert!(pair[1].worst_span <= pair[0].worst_span, "{pair:?}");
     }
     assert!(total[2].worst_span <= LIMIT * 11 / 10, "{:?}", total[2]);
+}
+
+/// The study (`examples/accuracy/`) lists its algorithms by hand: it must
+/// compare every algorithm of the registry, and only those.
+#[test]
+fn the_study_compares_every_algorithm_of_the_registry() {
+    let mut studied: Vec<String> = study_limiters()
+        .iter()
+        .map(|l| {
+            let command = l.command();
+            command.split(' ').next().unwrap().to_string()
+        })
+        .collect();
+    studied.sort();
+    studied.dedup();
+    let mut registry: Vec<String> = ALGORITHMS
+        .iter()
+        .map(|a| format!("RL.{}", a.to_ascii_uppercase()))
+        .collect();
+    registry.sort();
+    assert_eq!(studied, registry);
 }

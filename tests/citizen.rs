@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{check, info_field, run, Server};
+use common::{check, info_field, run, Server, ALGORITHMS};
 use redis::Connection;
 
 fn info_count(con: &mut Connection, field: &str) -> u64 {
@@ -48,6 +48,11 @@ fn info_ratelimit_counts_allowed_and_denied_requests_per_command_but_not_peeks()
     );
     assert_eq!(info_count(&mut con, "acquire_allowed"), 1);
     assert_eq!(info_count(&mut con, "slidinglog_denied"), 0);
+    // Every algorithm of the registry has its two counters.
+    for name in ALGORITHMS {
+        info_count(&mut con, &format!("{name}_allowed"));
+        info_count(&mut con, &format!("{name}_denied"));
+    }
 }
 
 /// Collects the keyspace events published while `act` runs.

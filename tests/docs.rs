@@ -6,6 +6,50 @@ mod common;
 
 use common::*;
 use redis::{Connection, Value};
+use redis_ratelimit::parse::syntax::{Kind, OptionWord, Word};
+use redis_ratelimit::parse::Syntax;
+
+/// What an algorithm's `Syntax` says of its check command.
+struct Declared {
+    name: &'static str,
+    params: &'static [Word],
+    options: &'static [OptionWord],
+    summary: &'static str,
+    complexity: &'static str,
+}
+
+macro_rules! declared {
+    (
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        others { $($others:tt)* }
+    ) => {
+        /// Every algorithm of the registry, as its `Syntax` declares its
+        /// check command.
+        fn every_algorithm() -> Vec<Declared> {
+            vec![$({
+                type P = <redis_ratelimit::algorithms::$module::$ty
+                    as redis_ratelimit::algorithms::Algorithm>::Params;
+                Declared {
+                    name: $name,
+                    params: P::PARAMS,
+                    options: P::OPTIONS,
+                    summary: P::SUMMARY,
+                    complexity: P::COMPLEXITY,
+                }
+            },)*]
+        }
+    };
+}
+redis_ratelimit::registry!(declared);
+
+/// How `COMMAND DOCS` types a value of this kind.
+fn type_of(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Integer => "integer",
+        Kind::Decimal => "double",
+        Kind::Duration => "string",
+    }
+}
 
 /// Every command the module registered on this server.
 fn module_commands(con: &mut Connection) -> Vec<String> {
@@ -117,20 +161,20 @@ fn every_command_of_the_module_is_documented_with_summary_since_complexity_and_a
     let server = Server::start(&[]);
     let mut con = server.connect();
     let names = module_commands(&mut con);
-    for expected in [
-        "rl.tokenbucket",
-        "rl.gcra",
+    let check_commands = ALGORITHMS
+        .iter()
+        .map(|a| command_of(a).to_ascii_lowercase());
+    let others = [
         "cl.throttle",
         "rl.setstate",
         "rl.all",
         "rl.acquire",
         "rl.release",
         "rl.info",
-    ] {
-        assert!(
-            names.iter().any(|n| n == expected),
-            "{expected} in {names:?}"
-        );
+    ]
+    .map(String::from);
+    for expected in check_commands.chain(others) {
+        assert!(names.contains(&expected), "{expected} in {names:?}");
     }
     for name in &names {
         let doc = docs(&mut con, name);
@@ -171,6 +215,43 @@ fn token_bucket_documents_key_capacity_rate_then_cost_and_peek_options() {
     assert_eq!(field_text(&doc, "module"), "ratelimit");
 }
 
+/// Every check command, as its algorithm's `Syntax` declares it: the key,
+/// its parameters, its own options, then `COST` and `PEEK`; its summary and
+/// its complexity.
+#[test]
+fn every_check_command_is_documented_as_its_algorithm_declares_it() {
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    for algorithm in every_algorithm() {
+        let command = command_of(algorithm.name).to_ascii_lowercase();
+        let doc = docs(&mut con, &command);
+        let mut expected = vec![("key", "key", "", "")];
+        expected.extend(
+            algorithm
+                .params
+                .iter()
+                .map(|w| (w.name, type_of(w.kind), "", "")),
+        );
+        expected.extend(
+            algorithm
+                .options
+                .iter()
+                .map(|o| (o.value.name, type_of(o.value.kind), o.token, "optional")),
+        );
+        expected.extend([
+            ("cost", "integer", "COST", "optional"),
+            ("peek", "pure-token", "PEEK", "optional"),
+        ]);
+        assert_eq!(arguments(&doc), owned(&expected), "{command}");
+        assert_eq!(field_text(&doc, "summary"), algorithm.summary, "{command}");
+        assert_eq!(
+            field_text(&doc, "complexity"),
+            algorithm.complexity,
+            "{command}"
+        );
+    }
+}
+
 #[test]
 fn cl_throttle_documents_redis_cells_arguments_with_an_optional_quantity() {
     let server = Server::start(&[]);
@@ -192,14 +273,26 @@ fn cl_throttle_documents_redis_cells_arguments_with_an_optional_quantity() {
 fn command_getkeys_finds_the_key_of_every_single_key_command() {
     let server = Server::start(&[]);
     let mut con = server.connect();
+    // Every algorithm's command with a word for each parameter (GETKEYS
+    // reads none of them), then the same with options.
+    let mut calls: Vec<Vec<String>> = every_algorithm()
+        .iter()
+        .map(|a| {
+            let mut call = vec![command_of(a.name), "k".to_string()];
+            call.extend(a.params.iter().map(|_| "1".to_string()));
+            call
+        })
+        .collect();
     for call in [
-        &["RL.TOKENBUCKET", "k", "10", "1"][..],
-        &["RL.SLIDINGCOUNTER", "k", "10", "1m", "PRECISION", "3"],
+        &["RL.SLIDINGCOUNTER", "k", "10", "1m", "PRECISION", "3"][..],
         &["CL.THROTTLE", "k", "1", "2", "3"],
         &["RL.SETSTATE", "k", "state"],
     ] {
+        calls.push(call.iter().map(|w| w.to_string()).collect());
+    }
+    for call in &calls {
         let mut words = vec!["COMMAND", "GETKEYS"];
-        words.extend_from_slice(call);
+        words.extend(call.iter().map(String::as_str));
         let keys: Vec<String> = redis::from_redis_value(run(&mut con, &words).unwrap()).unwrap();
         assert_eq!(keys, ["k"], "{call:?}");
     }
@@ -280,8 +373,13 @@ fn a_call_with_too_few_arguments_is_refused_when_queued_not_when_run() {
 fn key_specs_say_what_each_command_does_to_its_key() {
     let server = Server::start(&[]);
     let mut con = server.connect();
+    let check = ["RW", "access", "update"];
+    for algorithm in ALGORITHMS {
+        let name = command_of(algorithm).to_ascii_lowercase();
+        assert_eq!(key_spec_flags(&mut con, &name), check, "{name}");
+    }
     for (name, flags) in [
-        ("rl.tokenbucket", &["RW", "access", "update"][..]),
+        ("rl.tokenbucket", &check[..]),
         ("cl.throttle", &["RW", "access", "update"]),
         ("rl.setstate", &["OW", "update"]),
         ("rl.acquire", &["RW", "access", "update"]),

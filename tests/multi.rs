@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::thread::sleep;
 use std::time::Duration;
 
-use common::{check, digest_value, dump, error_of, exists, pttl, run, Server};
+use common::{
+    check, digest_value, dump, error_of, every_word_once, exists, pttl, run, Server, ALGORITHMS,
+};
 use redis::{Connection, Value};
 
 /// The reply of RL.ALL: the combined five, then each tier's own reply.
@@ -159,57 +161,60 @@ fn all_with_peek_changes_nothing_and_creates_no_key() {
     assert_eq!(dump(&mut con, "{u1}:m"), before);
 }
 
+/// One tier of each algorithm, as `RL.ALL` takes it: its word, then its
+/// parameters (limits 10, 20, ... 60) and what remains after a `COST 4`.
+const EVERY_TIER: &[(&str, (&[&str], i64))] = &[
+    ("TOKENBUCKET", (&["10", "1"], 6)),
+    ("SLIDINGCOUNTER", (&["20", "60", "PRECISION", "6"], 16)),
+    ("FIXEDWINDOW", (&["30", "60"], 26)),
+    ("SLIDINGLOG", (&["40", "60"], 36)),
+    ("LEAKYBUCKET", (&["50", "1"], 46)),
+    ("GCRA", (&["59", "60", "60"], 56)),
+];
+// Every algorithm of the registry, once: else the build fails.
+const _: () = every_word_once(EVERY_TIER);
+
 #[test]
 fn all_takes_cost_from_every_tier_and_mixes_every_algorithm() {
     let server = Server::start(&[]);
     let mut con = server.connect();
-    let words = [
-        "6",
-        "k1",
-        "k2",
-        "k3",
-        "k4",
-        "k5",
-        "k6",
-        "TOKENBUCKET",
-        "10",
-        "1",
-        "SLIDINGCOUNTER",
-        "20",
-        "60",
-        "PRECISION",
-        "6",
-        "FIXEDWINDOW",
-        "30",
-        "60",
-        "SLIDINGLOG",
-        "40",
-        "60",
-        "LEAKYBUCKET",
-        "50",
-        "1",
-        "GCRA",
-        "59",
-        "60",
-        "60",
-        "COST",
-        "4",
-    ];
+    // Key k<i> holds tier i (from 1).
+    let keys: Vec<String> = (1..=EVERY_TIER.len()).map(|i| format!("k{i}")).collect();
+    let key_of = |word: &str| {
+        let i = EVERY_TIER.iter().position(|t| t.0 == word).unwrap();
+        keys[i].as_str()
+    };
+    let numkeys = EVERY_TIER.len().to_string();
+    let mut words = vec![numkeys.as_str()];
+    words.extend(keys.iter().map(String::as_str));
+    for (word, (params, _)) in EVERY_TIER {
+        words.push(word);
+        words.extend_from_slice(params);
+    }
+    words.extend(["COST", "4"]);
     let (combined, tiers) = all(&mut con, &words);
     assert_eq!(&combined[..3], &[1, 10, 6]);
     let remaining: Vec<i64> = tiers.iter().map(|t| t[2]).collect();
-    assert_eq!(remaining, [6, 16, 26, 36, 46, 56]);
+    let expected: Vec<i64> = EVERY_TIER.iter().map(|t| t.1 .1).collect();
+    assert_eq!(remaining, expected);
+    let leaky = EVERY_TIER
+        .iter()
+        .position(|t| t.0 == "LEAKYBUCKET")
+        .unwrap();
     assert_eq!(
-        tiers[4].len(),
+        tiers[leaky].len(),
         6,
         "the leaky bucket's tier carries delay_ms"
     );
     // The same keys answer their own commands with what RL.ALL took.
     assert_eq!(
-        check(&mut con, &["RL.FIXEDWINDOW", "k3", "30", "60", "PEEK"])[2],
+        check(
+            &mut con,
+            &["RL.FIXEDWINDOW", key_of("FIXEDWINDOW"), "30", "60", "PEEK"]
+        )[2],
         26
     );
-    let sc = info(&mut con, "k2").unwrap();
+    let sc = info(&mut con, key_of("SLIDINGCOUNTER")).unwrap();
     assert_eq!(int(&sc, "precision"), 6);
     assert_eq!(int(&sc, "remaining"), 16);
 }
@@ -219,6 +224,14 @@ fn all_refuses_bad_input_with_a_clear_error_and_changes_nothing() {
     let server = Server::start(&[]);
     let mut con = server.connect();
     run(&mut con, &["SET", "str", "x"]).unwrap();
+    // The words of the registry's algorithms, in its order, as the error
+    // lists them: `TOKENBUCKET, SLIDINGCOUNTER, ... or GCRA`.
+    let upper: Vec<String> = ALGORITHMS.iter().map(|a| a.to_ascii_uppercase()).collect();
+    let (last, before) = upper.split_last().unwrap();
+    let unknown = format!(
+        "ERR syntax error: unknown algorithm 'BOGUS' (expected {} or {last})",
+        before.join(", ")
+    );
     let cases: &[(&[&str], &str)] = &[
         (&["RL.ALL"], "ERR wrong number of arguments for 'rl.all' command"),
         (&["RL.ALL", "1", "a"], "ERR wrong number of arguments for 'rl.all' command"),
@@ -227,7 +240,7 @@ fn all_refuses_bad_input_with_a_clear_error_and_changes_nothing() {
         (&["RL.ALL", "x", "a", "TOKENBUCKET", "1", "1"], "ERR numkeys must be a whole number of at least 1"),
         (&["RL.ALL", "9", "a", "TOKENBUCKET", "1", "1"], "ERR numkeys must be at most the number of arguments after it"),
         (&["RL.ALL", "2", "a", "b", "TOKENBUCKET", "1", "1"], "ERR syntax error: 2 keys need 2 algorithm specs, 1 given"),
-        (&["RL.ALL", "1", "a", "BOGUS", "1", "1"], "ERR syntax error: unknown algorithm 'BOGUS' (expected TOKENBUCKET, SLIDINGCOUNTER, FIXEDWINDOW, SLIDINGLOG, LEAKYBUCKET or GCRA)"),
+        (&["RL.ALL", "1", "a", "BOGUS", "1", "1"], unknown.as_str()),
         (&["RL.ALL", "2", "a", "a", "TOKENBUCKET", "1", "1", "TOKENBUCKET", "1", "1"], "ERR syntax error: key 'a' is given more than once"),
         (&["RL.ALL", "1", "a", "GCRA", "1", "1"], "ERR syntax error: GCRA needs 3 parameters"),
         (&["RL.ALL", "1", "a", "SLIDINGCOUNTER", "5", "1m", "PRECISION"], "ERR syntax error: PRECISION needs a value"),
@@ -542,6 +555,7 @@ fn info_tells_the_algorithm_its_parameters_state_and_ttl() {
             ],
         ),
     ];
+    let mut named = vec![text(&tb, "algorithm")];
     for (words, name, fields) in cases {
         check(&mut con, words);
         let map = info(&mut con, words[1]).unwrap();
@@ -550,7 +564,15 @@ fn info_tells_the_algorithm_its_parameters_state_and_ttl() {
             assert_eq!(int(&map, field), *value, "{name} {field}");
         }
         assert!(int(&map, "ttl_ms") > 0);
+        named.push(text(&map, "algorithm"));
     }
+    named.sort();
+    let mut registry: Vec<&str> = ALGORITHMS.to_vec();
+    registry.sort();
+    assert_eq!(
+        named, registry,
+        "a case above for every algorithm of the registry, and for nothing else"
+    );
     acquire(&mut con, &["conc", "4", "1m", "ID", "w1"]);
     let conc = info(&mut con, "conc").unwrap();
     assert_eq!(text(&conc, "algorithm"), "concurrency");

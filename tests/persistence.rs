@@ -10,41 +10,76 @@ use common::*;
 use redis::Connection;
 use serial_test::serial;
 
+/// The keys of one algorithm: the prefix of their names, and the
+/// parameters of the `i`-th (the sliding counter's precision varies).
+struct Keys {
+    prefix: &'static str,
+    params: fn(u64) -> Vec<String>,
+}
+
+/// Each algorithm's command and its keys.
+const KEYED: &[(&str, Keys)] = &[
+    (
+        "RL.TOKENBUCKET",
+        Keys {
+            prefix: "tb",
+            params: |_| words(&["10", "0.01"]),
+        },
+    ),
+    (
+        "RL.SLIDINGCOUNTER",
+        Keys {
+            prefix: "sc",
+            params: |i| words(&["100", "1h", "PRECISION", &(i * 7 + 1).to_string()]),
+        },
+    ),
+    (
+        "RL.FIXEDWINDOW",
+        Keys {
+            prefix: "RL.FIXEDWINDOW",
+            params: |_| words(&["10", "1h"]),
+        },
+    ),
+    (
+        "RL.SLIDINGLOG",
+        Keys {
+            prefix: "RL.SLIDINGLOG",
+            params: |_| words(&["10", "1h"]),
+        },
+    ),
+    (
+        "RL.LEAKYBUCKET",
+        Keys {
+            prefix: "RL.LEAKYBUCKET",
+            params: |_| words(&["10", "0.01"]),
+        },
+    ),
+    (
+        "RL.GCRA",
+        Keys {
+            prefix: "RL.GCRA",
+            params: |_| words(&["9", "1", "1h"]),
+        },
+    ),
+];
+// Every algorithm of the registry, once: else the build fails.
+const _: () = every_command_once(KEYED, &[]);
+
+fn words(words: &[&str]) -> Vec<String> {
+    words.iter().map(|w| w.to_string()).collect()
+}
+
 /// A few keys of each type, in states other than fresh.
 fn make_keys(con: &mut Connection) -> Vec<String> {
     let mut keys = vec![];
     for i in 0..5 {
-        let tb = format!("tb:{i}");
         let cost = (i + 1).to_string();
-        check(con, &["RL.TOKENBUCKET", &tb, "10", "0.01", "COST", &cost]);
-        let sc = format!("sc:{i}");
-        let precision = (i * 7 + 1).to_string();
-        check(
-            con,
-            &[
-                "RL.SLIDINGCOUNTER",
-                &sc,
-                "100",
-                "1h",
-                "PRECISION",
-                &precision,
-                "COST",
-                &cost,
-            ],
-        );
-        keys.push(tb);
-        keys.push(sc);
-        for (cmd, params) in [
-            ("RL.FIXEDWINDOW", &["10", "1h"][..]),
-            ("RL.SLIDINGLOG", &["10", "1h"]),
-            ("RL.LEAKYBUCKET", &["10", "0.01"]),
-            ("RL.GCRA", &["9", "1", "1h"]),
-        ] {
-            let key = format!("{cmd}:{i}");
-            let mut words = vec![cmd, key.as_str()];
-            words.extend_from_slice(params);
-            words.extend(["COST", cost.as_str()]);
-            check(con, &words);
+        for (cmd, of) in KEYED {
+            let key = format!("{}:{i}", of.prefix);
+            let mut args = vec![cmd.to_string(), key.clone()];
+            args.extend((of.params)(i));
+            args.extend(["COST".to_string(), cost.clone()]);
+            check(con, &args.iter().map(String::as_str).collect::<Vec<_>>());
             keys.push(key);
         }
     }
@@ -119,6 +154,36 @@ fn aof_rewrite_then_restart_keeps_every_state() {
     );
 }
 
+/// The commands of the replica test, each with its parameters for a
+/// `choice` from 0 to 2: every algorithm, and redis-cell's command on GCRA.
+type Mixed = (&'static str, fn(u64) -> Vec<String>);
+const MIXED: &[Mixed] = &[
+    ("RL.TOKENBUCKET", |choice| {
+        words(&[&(20 + choice * 5).to_string(), "0.5"])
+    }),
+    ("RL.SLIDINGCOUNTER", |choice| {
+        words(&["30", "10m", "PRECISION", &(1 + choice * 5).to_string()])
+    }),
+    ("RL.FIXEDWINDOW", |choice| {
+        words(&[&(30 + choice).to_string(), "1h"])
+    }),
+    ("RL.SLIDINGLOG", |choice| {
+        words(&[&(30 + choice).to_string(), "10m"])
+    }),
+    ("RL.LEAKYBUCKET", |choice| {
+        words(&[&(20 + choice).to_string(), "0.5"])
+    }),
+    ("RL.GCRA", |choice| {
+        words(&[&(20 + choice).to_string(), "1", "2s"])
+    }),
+    ("CL.THROTTLE", |choice| {
+        words(&[&(20 + choice).to_string(), "1", "2"])
+    }),
+];
+// Every algorithm of the registry, once, and redis-cell's command: else the
+// build fails.
+const _: () = every_command_once(MIXED, &["CL.THROTTLE"]);
+
 #[test]
 #[serial(heavy)]
 fn a_replica_holds_exactly_the_primary_state() {
@@ -126,7 +191,7 @@ fn a_replica_holds_exactly_the_primary_state() {
     let replica = Server::start_replica_of(&primary);
     let mut p = primary.connect();
     let mut r = replica.connect();
-    // Thousands of mixed calls: both algorithms, costs, peeks, parameter
+    // Thousands of mixed calls: every check command, costs, peeks, parameter
     // changes and denials, with a simple deterministic generator.
     let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut next = move |n: u64| {
@@ -140,57 +205,12 @@ fn a_replica_holds_exactly_the_primary_state() {
         let key = format!("k:{}", next(40));
         let cost = (next(4) + 1).to_string();
         let peek = next(10) == 0;
-        let kind = key.trim_start_matches("k:").parse::<u64>().unwrap() % 7;
+        let kind = key.trim_start_matches("k:").parse::<u64>().unwrap() as usize % MIXED.len();
         let choice = next(3);
-        let mut cmd: Vec<String> = match kind {
-            0 => vec![
-                "RL.TOKENBUCKET".into(),
-                key.clone(),
-                (20 + choice * 5).to_string(),
-                "0.5".into(),
-            ],
-            1 => vec![
-                "RL.SLIDINGCOUNTER".into(),
-                key.clone(),
-                "30".into(),
-                "10m".into(),
-                "PRECISION".into(),
-                (1 + choice * 5).to_string(),
-            ],
-            2 => vec![
-                "RL.FIXEDWINDOW".into(),
-                key.clone(),
-                (30 + choice).to_string(),
-                "1h".into(),
-            ],
-            3 => vec![
-                "RL.SLIDINGLOG".into(),
-                key.clone(),
-                (30 + choice).to_string(),
-                "10m".into(),
-            ],
-            4 => vec![
-                "RL.LEAKYBUCKET".into(),
-                key.clone(),
-                (20 + choice).to_string(),
-                "0.5".into(),
-            ],
-            5 => vec![
-                "RL.GCRA".into(),
-                key.clone(),
-                (20 + choice).to_string(),
-                "1".into(),
-                "2s".into(),
-            ],
-            _ => vec![
-                "CL.THROTTLE".into(),
-                key.clone(),
-                (20 + choice).to_string(),
-                "1".into(),
-                "2".into(),
-            ],
-        };
-        if kind == 6 {
+        let (command, params) = MIXED[kind];
+        let mut cmd = vec![command.to_string(), key.clone()];
+        cmd.extend(params(choice));
+        if command == "CL.THROTTLE" {
             // redis-cell's form takes a quantity, no options.
             let words: Vec<&str> = cmd.iter().map(String::as_str).collect();
             check(&mut p, &words);

@@ -27,7 +27,8 @@ const T0: i64 = 1_700_000_000_000;
 /// intervals.
 const RATES: [f64; 10] = [0.3, 0.5, 1.0, 2.0, 3.0, 7.0, 10.0, 33.3, 250.0, 1000.0];
 
-/// An algorithm under test: how to make parameters, and its limit.
+/// An algorithm under test: how to make parameters, and its limit. Every
+/// algorithm of the registry needs an impl (see [`every_algorithm_keeps`]).
 trait Subject: Algorithm + PartialEq + Debug {
     /// Mostly small parameters, where limits are hit often; sometimes the
     /// largest ones accepted.
@@ -249,19 +250,29 @@ fn run<A: Subject>(
     Ok(())
 }
 
-/// The properties every algorithm has, as one test each per algorithm.
+/// The properties every algorithm has, as one test each per algorithm of
+/// the registry (in a module named as the algorithm's): an algorithm added
+/// there without a [`Subject`] impl does not build. The registry's other
+/// states each have their own test, which an [`OwnProperties`] impl names.
 macro_rules! every_algorithm_keeps {
-    ($($module:ident: $algorithm:ty),* $(,)?) => {$(
+    (
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal;)* }
+    ) => {
+        $(const _: fn() = has_own_properties::<redis_ratelimit::algorithms::$omodule::$oty>;)*
+        $(
         mod $module {
             use super::*;
+
+            type Tested = redis_ratelimit::algorithms::$module::$ty;
 
             proptest! {
                 /// A peek on a stored key, in place, answers without
                 /// changing a byte of the state; on a copy it gives nothing
                 /// to store.
                 #[test]
-                fn a_peek_never_changes_the_stored_state((params, ops) in ops::<$algorithm>()) {
-                    run::<$algorithm>(params, ops, |_, after, params, now, cost, _, _| {
+                fn a_peek_never_changes_the_stored_state((params, ops) in ops::<Tested>()) {
+                    run::<Tested>(params, ops, |_, after, params, now, cost, _, _| {
                         let Some(state) = after else { return Ok(()) };
                         let bytes = encode(state);
                         let mut peeked = state.clone();
@@ -269,7 +280,7 @@ macro_rules! every_algorithm_keeps {
                         prop_assert!(!changed);
                         prop_assert_eq!(encode(&peeked), bytes);
                         let (_, next) =
-                            <$algorithm>::check_with(Some(state), params, now, cost, Mode::Peek);
+                            <Tested>::check_with(Some(state), params, now, cost, Mode::Peek);
                         prop_assert!(next.is_none());
                         Ok(())
                     })?;
@@ -280,15 +291,15 @@ macro_rules! every_algorithm_keeps {
                 /// stored bytes as they were.
                 #[test]
                 fn every_reachable_state_round_trips_through_its_encoding(
-                    (params, ops) in ops::<$algorithm>(),
+                    (params, ops) in ops::<Tested>(),
                 ) {
-                    run::<$algorithm>(params, ops, |before, after, _, _, _, _, taken| {
+                    run::<Tested>(params, ops, |before, after, _, _, _, _, taken| {
                         if !taken {
                             prop_assert_eq!(before.as_ref().map(encode), after.as_ref().map(encode));
                         }
                         if let Some(state) = after {
                             let bytes = encode(state);
-                            let decoded = <$algorithm>::decode(&bytes);
+                            let decoded = <Tested>::decode(&bytes);
                             prop_assert_eq!(decoded.as_ref(), Ok(state));
                             prop_assert_eq!(decoded.map(|d| encode(&d)), Ok(bytes));
                         }
@@ -302,10 +313,10 @@ macro_rules! every_algorithm_keeps {
                 /// parameters that changed and are not stored yet.
                 #[test]
                 fn a_denied_requests_retry_after_is_the_first_moment_it_is_allowed(
-                    (params, ops) in ops::<$algorithm>(),
+                    (params, ops) in ops::<Tested>(),
                 ) {
-                    run::<$algorithm>(params, ops, |before, _, params, now, cost, _, _| {
-                        let d = <$algorithm>::check_with(before.as_ref(), params, now, cost, Mode::Peek).0;
+                    run::<Tested>(params, ops, |before, _, params, now, cost, _, _| {
+                        let d = <Tested>::check_with(before.as_ref(), params, now, cost, Mode::Peek).0;
                         if d.allowed || d.retry_after_ms < 0 {
                             return Ok(());
                         }
@@ -318,7 +329,7 @@ macro_rules! every_algorithm_keeps {
                             return Ok(());
                         }
                         let at = used + d.retry_after_ms;
-                        let peek = |t| <$algorithm>::check_with(before.as_ref(), params, t, cost, Mode::Peek).0;
+                        let peek = |t| <Tested>::check_with(before.as_ref(), params, t, cost, Mode::Peek).0;
                         prop_assert!(!peek(at - 1).allowed, "allowed before {}", d.retry_after_ms);
                         prop_assert!(peek(at).allowed, "denied after {}", d.retry_after_ms);
                         Ok(())
@@ -331,18 +342,18 @@ macro_rules! every_algorithm_keeps {
                 /// across changes of parameters too.
                 #[test]
                 fn a_replica_fed_only_the_encoded_state_stays_identical_to_the_primary(
-                    (params, ops) in ops::<$algorithm>(),
+                    (params, ops) in ops::<Tested>(),
                 ) {
-                    let mut replica: Option<$algorithm> = None;
-                    run::<$algorithm>(params, ops, |before, after, params, now, cost, mode, taken| {
+                    let mut replica: Option<Tested> = None;
+                    run::<Tested>(params, ops, |before, after, params, now, cost, mode, taken| {
                         let on_replica =
-                            <$algorithm>::check_with(replica.as_ref(), params, now, cost, mode);
+                            <Tested>::check_with(replica.as_ref(), params, now, cost, mode);
                         let on_primary =
-                            <$algorithm>::check_with(before.as_ref(), params, now, cost, mode);
+                            <Tested>::check_with(before.as_ref(), params, now, cost, mode);
                         prop_assert_eq!(on_replica.0, on_primary.0);
                         if taken {
                             let bytes = after.as_ref().map(encode).unwrap_or_default();
-                            replica = Some(<$algorithm>::decode(&bytes).expect("decodes"));
+                            replica = Some(<Tested>::decode(&bytes).expect("decodes"));
                         }
                         prop_assert_eq!(replica.as_ref().map(encode), after.as_ref().map(encode));
                         Ok(())
@@ -350,17 +361,17 @@ macro_rules! every_algorithm_keeps {
                 }
             }
         }
-    )*};
+        )*
+    };
 }
 
-every_algorithm_keeps!(
-    token_bucket: TokenBucket,
-    leaky_bucket: LeakyBucket,
-    fixed_window: FixedWindow,
-    sliding_log: SlidingLog,
-    sliding_counter: SlidingCounter,
-    gcra: Gcra,
-);
+redis_ratelimit::registry!(every_algorithm_keeps);
+
+/// A state of the registry's `others`, whose properties are tested by a
+/// test of its own (named in its impl), not by [`every_algorithm_keeps`].
+trait OwnProperties {}
+
+fn has_own_properties<S: OwnProperties>() {}
 
 /// Requests allowed and taken, as `(time, cost)`, over a random sequence
 /// with fixed parameters.
@@ -429,6 +440,9 @@ proptest! {
         }
     }
 }
+
+/// The leases' properties: `lease_states_round_trip_and_a_replica_fed_them_stays_identical`.
+impl OwnProperties for Leases {}
 
 /// One call on a concurrency limiter: acquire (or renew) or release `id`.
 #[derive(Debug, Clone)]

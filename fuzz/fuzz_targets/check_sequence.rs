@@ -20,58 +20,78 @@
 mod common;
 
 use common::{
-    advance, check_decision, check_storable, cost, encode, split_state, step_ms, time_ms, Fuzzed,
-    TAGS,
+    advance, arbitrary_params, check_decision, check_storable, cost, encode, nth_tag, on_tag,
+    profile, registered, split_state, step_ms, time_ms, Fuzzed, Other, Visitor, ALGORITHM_TAGS,
+    OTHER_TAGS,
 };
 use libfuzzer_sys::arbitrary::Unstructured;
 use libfuzzer_sys::fuzz_target;
-use redis_ratelimit::algorithms::concurrency::Leases;
-use redis_ratelimit::algorithms::{Mode, State, MAX_TIMESTAMP_MS};
+use redis_ratelimit::algorithms::{Mode, MAX_TIMESTAMP_MS};
 
 fuzz_target!(|data: &[u8]| {
     let (state, rest) = split_state(data);
     let mut u = Unstructured::new(rest);
-    let picked = TAGS
-        .get(u.choose_index(TAGS.len() + 1).unwrap_or(0))
-        .copied()
-        .unwrap_or(Leases::TAG);
-    let tag = state.first().copied().unwrap_or(picked);
-    if tag == Leases::TAG {
-        common::leases::run(Leases::decode(state).ok(), u);
-    } else {
-        dispatch!(
-            tag,
-            run(state, u),
-            dispatch!(picked, run(&[], u), common::leases::run(None, u))
-        );
-    }
+    let picked = nth_tag(
+        u.choose_index(ALGORITHM_TAGS.len() + OTHER_TAGS.len())
+            .unwrap_or(0),
+    );
+    // A state of no registered type is no key: start from the one picked.
+    let (tag, state) = match state.first() {
+        Some(&tag) if registered(tag) => (tag, state),
+        _ => (picked, &[][..]),
+    };
+    on_tag(tag, Sequence { state, u });
 });
+
+/// A key's starting value (bytes that may not decode: then no key), and
+/// the bytes that drive the commands.
+struct Sequence<'a> {
+    state: &'a [u8],
+    u: Unstructured<'a>,
+}
+
+impl Visitor for Sequence<'_> {
+    type Out = ();
+    fn algorithm<A: Fuzzed>(self) {
+        run::<A>(self.state, self.u);
+    }
+    fn other<S: Other>(self) {
+        S::run(S::decode(self.state).ok(), self.u);
+    }
+}
 
 fn run<A: Fuzzed>(bytes: &[u8], mut u: Unstructured<'_>) {
     let mut stored: Option<A> = A::decode(bytes).ok();
     let mut params = match &stored {
         Some(s) => s.params(),
-        None => A::arbitrary_params(&mut u),
+        None => match arbitrary_params::<A>(&mut u) {
+            Some(params) => params,
+            None => return,
+        },
     };
+    let mut profile = profile::<A>(params);
     let mut now = match &stored {
         Some(s) => s.last_seen_ms(),
         None => time_ms(&mut u),
     };
     for step in 0..64 {
         if u.ratio(1, 8).unwrap_or(false) {
-            params = A::arbitrary_params(&mut u);
+            if let Some(changed) = arbitrary_params::<A>(&mut u) {
+                params = changed;
+                profile = common::profile::<A>(params);
+            }
         }
         let mode = if u.ratio(1, 4).unwrap_or(false) {
             Mode::Peek
         } else {
             Mode::Take
         };
-        let cost = cost::<A>(&mut u, A::limit(&params), mode);
-        now = advance(now, step_ms(&mut u, A::scale_ms(&params)));
+        let cost = cost(&mut u, &profile, mode);
+        now = advance(now, step_ms(&mut u, profile.scale_ms));
         let what = format!("step {step}");
 
         let (d, next) = A::check_with(stored.as_ref(), params, now, cost, mode);
-        check_decision::<A>(&d, &params, cost, &what);
+        check_decision(&d, &profile, cost, &what);
         assert_eq!(
             next.is_some(),
             d.allowed && mode == Mode::Take,

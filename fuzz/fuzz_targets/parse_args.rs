@@ -1,125 +1,126 @@
 //! Fuzzes the argument parser of every command.
 //!
 //! Input: arguments separated by `\n` (so seeds and dictionary entries stay
-//! readable). The first one names the parser (`tokenbucket`, `gcra`,
-//! `cl.throttle`, `options`, `all`, `acquire`, ...); when it names none, the first byte picks
-//! one and every argument is passed. Checked: no panic; an error is an
-//! `ERR ...` text on one line; what is accepted is within the documented
-//! ranges; and a check with accepted parameters on a fresh key gives a
+//! readable). The first one names the parser: an algorithm of the registry
+//! (`tokenbucket`, `gcra`, ...: its check command's `<params> [options]`),
+//! `options` (the options every check takes), `options-<algorithm>` for an
+//! algorithm with options of its own (`options-slidingcounter`),
+//! `cl.throttle`, `all` or `acquire`. When it names none, the first byte
+//! picks one and every argument is passed. Checked: no panic; an error is an
+//! `ERR ...` text on one line; what is accepted is what the words say,
+//! within the documented ranges (every parameter shows in `RL.INFO` as its
+//! word reads); and a check with accepted parameters on a fresh key gives a
 //! decision and a state that pass the shared checks (see `common`).
 #![no_main]
 
 mod common;
 
-use common::{check_decision, check_storable, Fuzzed};
+use std::sync::OnceLock;
+
+use common::{
+    check_decision, check_error, check_params_are_the_words, check_storable, on_tag, on_tier,
+    profile, Fuzzed, Other, TierVisitor, Visitor, ALGORITHM_NAMES, ALGORITHM_TAGS,
+};
 use libfuzzer_sys::fuzz_target;
 use redis_ratelimit::algorithms::concurrency::{Leases, MAX_ID_BYTES};
-use redis_ratelimit::algorithms::fixed_window::FixedWindow;
 use redis_ratelimit::algorithms::gcra::Gcra;
-use redis_ratelimit::algorithms::leaky_bucket::LeakyBucket;
-use redis_ratelimit::algorithms::sliding_counter::SlidingCounter;
-use redis_ratelimit::algorithms::sliding_counter::MAX_PRECISION;
-use redis_ratelimit::algorithms::sliding_log::SlidingLog;
-use redis_ratelimit::algorithms::token_bucket::TokenBucket;
 use redis_ratelimit::algorithms::{Decision, Mode, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS};
 use redis_ratelimit::error::CommandError;
-use redis_ratelimit::parse::{self, AllArgs, CheckOptions, ExtraOption, Tier};
+use redis_ratelimit::parse::options::check_options;
+use redis_ratelimit::parse::syntax::MAX_OWN_OPTIONS;
+use redis_ratelimit::parse::{self, check_args, AllArgs, CheckOptions, Syntax};
+use redis_ratelimit::redis_cell;
 
-const PARSERS: [&str; 11] = [
-    "tokenbucket",
-    "leakybucket",
-    "slidingcounter",
-    "fixedwindow",
-    "slidinglog",
-    "gcra",
-    "cl.throttle",
-    "options",
-    "options-precision",
-    "all",
-    "acquire",
-];
+/// The parsers, each by the word that names it in an input.
+#[derive(Debug, Clone, Copy)]
+enum Parser {
+    /// The check command of the algorithm with this tag.
+    Check(u8),
+    /// The options every check command takes.
+    Options,
+    /// The options of the check command of the algorithm with this tag,
+    /// which has some of its own.
+    OwnOptions(u8),
+    ClThrottle,
+    All,
+    Acquire,
+}
+
+/// Every parser and its name: one for each algorithm of the registry, one
+/// for the options of each that has its own, then the other commands.
+fn parsers() -> &'static [(String, Parser)] {
+    static PARSERS: OnceLock<Vec<(String, Parser)>> = OnceLock::new();
+    PARSERS.get_or_init(|| {
+        let mut parsers: Vec<(String, Parser)> = ALGORITHM_NAMES
+            .iter()
+            .zip(ALGORITHM_TAGS)
+            .map(|(name, &tag)| (name.to_string(), Parser::Check(tag)))
+            .collect();
+        parsers.push(("cl.throttle".into(), Parser::ClThrottle));
+        parsers.push(("options".into(), Parser::Options));
+        for (name, &tag) in ALGORITHM_NAMES.iter().zip(ALGORITHM_TAGS) {
+            if on_tag(tag, HasOwnOptions) == Some(true) {
+                parsers.push((format!("options-{name}"), Parser::OwnOptions(tag)));
+            }
+        }
+        parsers.push(("all".into(), Parser::All));
+        parsers.push(("acquire".into(), Parser::Acquire));
+        parsers
+    })
+}
 
 fuzz_target!(|data: &[u8]| {
     let all: Vec<&[u8]> = data.split(|&b| b == b'\n').collect();
-    let named = all
-        .first()
-        .and_then(|first| PARSERS.iter().position(|p| p.as_bytes() == *first));
+    let parsers = parsers();
+    let named = all.first().and_then(|first| {
+        parsers
+            .iter()
+            .position(|(name, _)| name.as_bytes() == *first)
+    });
     let (which, args) = match named {
         Some(i) => (i, &all[1..]),
         None => (
-            usize::from(data.first().copied().unwrap_or(0)) % PARSERS.len(),
+            usize::from(data.first().copied().unwrap_or(0)) % parsers.len(),
             &all[..],
         ),
     };
-    match which {
-        0 => checked(parse::token_bucket(args), |p, o| {
-            assert!((1..=MAX_AMOUNT).contains(&p.capacity));
-            assert!(p.rate_per_s.is_finite() && p.rate_per_s > 0.0);
-            check_fresh::<TokenBucket>(p, o);
-        }),
-        1 => checked(parse::leaky_bucket(args), |p, o| {
-            assert!((1..=MAX_AMOUNT).contains(&p.capacity));
-            assert!(p.rate_per_s.is_finite() && p.rate_per_s > 0.0);
-            check_fresh::<LeakyBucket>(p, o);
-        }),
-        2 => checked(parse::sliding_counter(args), |p, o| {
-            assert!((1..=MAX_AMOUNT).contains(&p.limit));
-            assert!((1..=MAX_DURATION_MS).contains(&p.window_ms));
-            assert!((1..=MAX_PRECISION).contains(&p.precision));
-            assert_eq!(o.precision.unwrap_or(1), p.precision);
-            check_fresh::<SlidingCounter>(p, o);
-        }),
-        3 => checked(parse::fixed_window(args), |p, o| {
-            assert!((1..=MAX_AMOUNT).contains(&p.limit));
-            assert!((1..=MAX_DURATION_MS).contains(&p.window_ms));
-            check_fresh::<FixedWindow>(p, o);
-        }),
-        4 => checked(parse::sliding_log(args), |p, o| {
-            assert!((1..=MAX_AMOUNT).contains(&p.limit));
-            assert!((1..=MAX_DURATION_MS).contains(&p.window_ms));
-            check_fresh::<SlidingLog>(p, o);
-        }),
-        5 => checked(parse::gcra(args), |p, o| {
-            assert!(p.burst < MAX_AMOUNT);
-            assert!((1..=MAX_AMOUNT).contains(&p.count));
-            assert!((1..=MAX_DURATION_MS).contains(&p.period_ms));
-            assert!(u128::from(p.count) <= u128::from(p.period_ms) * 1_000_000);
-            check_fresh::<Gcra>(p, o);
-        }),
-        6 => checked(parse::cl_throttle(args).map(|a| (a, ())), |a, ()| {
+    match parsers[which].1 {
+        Parser::Check(tag) => {
+            on_tag(tag, CheckCommand { args });
+        }
+        Parser::OwnOptions(tag) => {
+            on_tag(tag, OwnOptions { args });
+        }
+        Parser::ClThrottle => checked(redis_cell::cl_throttle(args).map(|a| (a, ())), |a, ()| {
             let p = a.params;
             assert!(p.burst < MAX_AMOUNT);
             assert!((1..=MAX_AMOUNT).contains(&p.count));
             assert!(p.period_ms % 1000 == 0 && (1000..=MAX_DURATION_MS).contains(&p.period_ms));
+            assert!(u128::from(p.count) <= u128::from(p.period_ms) * 1_000_000);
             assert!(a.cost <= MAX_AMOUNT);
             assert_eq!(a.mode == Mode::Peek, a.cost == 0);
             for now in [1_700_000_000_000, MAX_TIMESTAMP_MS] {
-                check_once::<Gcra>(p, now, a.cost, a.mode);
+                let d = check_once::<Gcra>(p, now, a.cost, a.mode);
+                let reply = redis_cell::cl_throttle_reply(&d);
+                assert_eq!(reply[0], i64::from(!d.allowed), "{reply:?} {d:?}");
+                assert_eq!(
+                    reply[3] == -1,
+                    d.allowed || d.retry_after_ms < 0,
+                    "{reply:?}"
+                );
+                assert!(reply.iter().all(|&n| n >= -1), "{reply:?}");
             }
         }),
-        7 => checked(
-            parse::check_options(args, ExtraOption::None).map(|o| (o, ())),
-            |o, ()| {
-                check_options(&o);
-                assert_eq!(o.precision, None);
-            },
+        Parser::Options => checked(
+            check_options(args, &[], &mut [None; MAX_OWN_OPTIONS]).map(|o| (o, ())),
+            |o, ()| check_options_in_range(&o),
         ),
-        8 => {
-            let extra = ExtraOption::Precision { max: MAX_PRECISION };
-            checked(
-                parse::check_options(args, extra).map(|o| (o, ())),
-                |o, ()| {
-                    check_options(&o);
-                    assert!(o.precision.is_none_or(|p| (1..=MAX_PRECISION).contains(&p)));
-                },
-            )
-        }
-        9 => checked(parse::all(args).map(|a| (a, ())), |a, ()| {
+        Parser::All => checked(parse::all(args).map(|a| (a, ())), |a, ()| {
             let numkeys = parse::numkeys(args).unwrap_or(0);
             assert_eq!(a.tiers.len(), numkeys);
             check_all(&a);
         }),
-        _ => checked(parse::acquire(args), |p, id| {
+        Parser::Acquire => checked(parse::acquire(args), |p, id| {
             assert!((1..=MAX_AMOUNT).contains(&p.limit));
             assert!((1..=MAX_DURATION_MS).contains(&p.lease_ms));
             let id = id.unwrap_or_else(|| b"drawn".to_vec());
@@ -128,28 +129,89 @@ fuzz_target!(|data: &[u8]| {
                 let mut leases = Leases::new(p, now);
                 let (d, changed) = leases.acquire(p, now, &id);
                 assert!(d.allowed && changed, "a new key takes its first lease");
-                common::leases::check_storable(&leases, "fresh lease");
+                Other::check_storable(&leases, "fresh lease");
             }
         }),
     }
 });
 
+/// Whether the algorithm has options of its own.
+struct HasOwnOptions;
+
+impl Visitor for HasOwnOptions {
+    type Out = bool;
+    fn algorithm<A: Fuzzed>(self) -> bool {
+        !A::Params::OPTIONS.is_empty()
+    }
+    fn other<S: Other>(self) -> bool {
+        false
+    }
+}
+
+/// `RL.<ALGORITHM> key <args>`, after the key.
+struct CheckCommand<'a> {
+    args: &'a [&'a [u8]],
+}
+
+impl Visitor for CheckCommand<'_> {
+    type Out = ();
+    fn algorithm<A: Fuzzed>(self) {
+        checked(check_args::<A::Params>(self.args), |p, o| {
+            check_params_are_the_words::<A>(p, self.args);
+            check_fresh::<A>(p, o);
+        });
+    }
+    fn other<S: Other>(self) {}
+}
+
+/// The options after an algorithm's parameters, its own among them.
+struct OwnOptions<'a> {
+    args: &'a [&'a [u8]],
+}
+
+impl Visitor for OwnOptions<'_> {
+    type Out = ();
+    fn algorithm<A: Fuzzed>(self) {
+        let mut own = [None; MAX_OWN_OPTIONS];
+        let parsed = check_options(self.args, A::Params::OPTIONS, &mut own);
+        checked(parsed.map(|o| (o, ())), |o, ()| {
+            check_options_in_range(&o);
+            // A value for each option given, and none for any other.
+            assert!(own[A::Params::OPTIONS.len()..].iter().all(Option::is_none));
+            // Taken on by everyday parameters, the values give a key that
+            // checks and stores like any other.
+            let words: Vec<&[u8]> = A::Params::PARAMS
+                .iter()
+                .map(|w| match w.kind {
+                    parse::syntax::Kind::Integer => &b"10"[..],
+                    parse::syntax::Kind::Decimal => b"1",
+                    parse::syntax::Kind::Duration => b"1s",
+                })
+                .collect();
+            let Ok((base, _)) = check_args::<A::Params>(&words) else {
+                panic!(
+                    "fuzz/common: 10, 1 and 1s are not parameters of {}: \
+                     choose everyday words it accepts in OwnOptions",
+                    A::NAME
+                );
+            };
+            check_fresh::<A>(base.with_options(&own), o);
+        });
+    }
+    fn other<S: Other>(self) {}
+}
+
 /// Runs `accepted` on what was parsed, or checks the error's text.
 fn checked<P, O>(result: Result<(P, O), CommandError>, accepted: impl FnOnce(P, O)) {
     match result {
         Ok((p, o)) => accepted(p, o),
-        Err(CommandError::Arity) => {}
-        Err(e) => {
-            let text = e.text();
-            assert!(text.starts_with("ERR "), "{text:?}");
-            assert!(!text.contains(['\r', '\n']), "{text:?}");
-        }
+        Err(e) => check_error(&e),
     }
 }
 
 /// Every tier of an `RL.ALL` on fresh keys, and their combined answer.
 fn check_all(a: &AllArgs) {
-    check_options(&a.options);
+    check_options_in_range(&a.options);
     let mode = if a.options.peek {
         Mode::Peek
     } else {
@@ -160,14 +222,7 @@ fn check_all(a: &AllArgs) {
     let decisions: Vec<Decision> = a
         .tiers
         .iter()
-        .map(|tier| match *tier {
-            Tier::TokenBucket(p) => check_once::<TokenBucket>(p, now, cost, mode),
-            Tier::SlidingCounter(p) => check_once::<SlidingCounter>(p, now, cost, mode),
-            Tier::FixedWindow(p) => check_once::<FixedWindow>(p, now, cost, mode),
-            Tier::SlidingLog(p) => check_once::<SlidingLog>(p, now, cost, mode),
-            Tier::LeakyBucket(p) => check_once::<LeakyBucket>(p, now, cost, mode),
-            Tier::Gcra(p) => check_once::<Gcra>(p, now, cost, mode),
-        })
+        .map(|&tier| on_tier(tier, Once { now, cost, mode }))
         .collect();
     let all = Decision::all_of(&decisions);
     assert_eq!(all.allowed, decisions.iter().all(|d| d.allowed));
@@ -184,14 +239,28 @@ fn check_all(a: &AllArgs) {
     }
 }
 
-fn check_options(o: &CheckOptions) {
+/// One tier of an `RL.ALL`, on a fresh key.
+struct Once {
+    now: i64,
+    cost: u64,
+    mode: Mode,
+}
+
+impl TierVisitor for Once {
+    type Out = Decision;
+    fn tier<A: Fuzzed>(self, params: A::Params) -> Decision {
+        check_once::<A>(params, self.now, self.cost, self.mode)
+    }
+}
+
+fn check_options_in_range(o: &CheckOptions) {
     assert!((1..=MAX_AMOUNT).contains(&o.cost), "{o:?}");
 }
 
 /// A command with these parameters and options on a fresh key, at a common
 /// time and at the last time a state can carry.
 fn check_fresh<A: Fuzzed>(params: A::Params, options: CheckOptions) {
-    check_options(&options);
+    check_options_in_range(&options);
     let mode = if options.peek { Mode::Peek } else { Mode::Take };
     for now in [1_700_000_000_000, MAX_TIMESTAMP_MS] {
         check_once::<A>(params, now, options.cost, mode);
@@ -199,15 +268,20 @@ fn check_fresh<A: Fuzzed>(params: A::Params, options: CheckOptions) {
 }
 
 fn check_once<A: Fuzzed>(params: A::Params, now: i64, cost: u64, mode: Mode) -> Decision {
+    let profile = profile::<A>(params);
+    // Whatever the mode, what was accepted is what a key can hold: a state
+    // with these parameters is one the decoder accepts.
+    check_storable(&A::fresh(params, now), "fresh state");
     let (d, next) = A::check_with(None, params, now, cost, mode);
-    check_decision::<A>(&d, &params, cost, "fresh key");
+    check_decision(&d, &profile, cost, "fresh key");
     assert_eq!(
         d.allowed,
-        cost <= A::limit(&params),
+        cost <= profile.limit,
         "a fresh key allows up to its limit"
     );
     assert_eq!(next.is_some(), d.allowed && mode == Mode::Take);
     if let Some(next) = next {
+        assert!(next.params() == params, "the parameters are stored");
         check_storable(&next, "fresh key");
     }
     d

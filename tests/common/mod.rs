@@ -510,3 +510,116 @@ impl Cluster {
 pub fn connect_port(port: u16) -> redis::RedisResult<Connection> {
     redis::Client::open(format!("redis://127.0.0.1:{port}/"))?.get_connection()
 }
+
+// The registry's algorithms, for the tests that go over every one of them.
+//
+// A test that runs each algorithm with parameters chosen by hand keeps them
+// in a table whose first column is the algorithm's command (`RL.<NAME>`)
+// or, in `RL.ALL`, its word (`<NAME>`), and checks the table at compile
+// time with `const _: () = every_command_once(&TABLE, &[...]);` (or
+// `every_word_once`): an algorithm added to the registry without an entry
+// in the table, an entry for no algorithm, or two entries for one, fail
+// the build. The error names the culprit (`evaluation panicked: <name>`)
+// and the check that failed (`inside no_entry_for_the_algorithm`, ...).
+
+macro_rules! algorithm_names {
+    (
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        others { $($others:tt)* }
+    ) => {
+        /// The name of every algorithm of the registry, in registry order:
+        /// its command is `RL.<NAME>`, its word in `RL.ALL` is `<NAME>`.
+        pub const ALGORITHMS: &[&str] = &[$($name),*];
+    };
+}
+redis_ratelimit::registry!(algorithm_names);
+
+/// The command of the algorithm `name`: `RL.<NAME>`.
+pub fn command_of(name: &str) -> String {
+    format!("RL.{}", name.to_ascii_uppercase())
+}
+
+/// Fails the build unless the first column of `table` holds the command
+/// (`RL.<NAME>`, any case) of every algorithm of the registry exactly once,
+/// and otherwise only commands of `others`.
+pub const fn every_command_once<T>(table: &[(&str, T)], others: &[&str]) {
+    every_algorithm_once(table, "RL.", others);
+}
+
+/// Fails the build unless the first column of `table` holds the word of
+/// every algorithm of the registry (`<NAME>`, any case, as `RL.ALL` takes
+/// it) exactly once, and nothing else.
+pub const fn every_word_once<T>(table: &[(&str, T)]) {
+    every_algorithm_once(table, "", &[]);
+}
+
+const fn every_algorithm_once<T>(table: &[(&str, T)], prefix: &str, others: &[&str]) {
+    let mut a = 0;
+    while a < ALGORITHMS.len() {
+        let mut entries = 0;
+        let mut e = 0;
+        while e < table.len() {
+            if names(table[e].0, prefix, ALGORITHMS[a]) {
+                entries += 1;
+            }
+            e += 1;
+        }
+        match entries {
+            0 => no_entry_for_the_algorithm(ALGORITHMS[a]),
+            1 => {}
+            _ => two_entries_for_the_algorithm(ALGORITHMS[a]),
+        }
+        a += 1;
+    }
+    let mut e = 0;
+    while e < table.len() {
+        let mut known = false;
+        let mut a = 0;
+        while a < ALGORITHMS.len() {
+            known = known || names(table[e].0, prefix, ALGORITHMS[a]);
+            a += 1;
+        }
+        let mut o = 0;
+        while o < others.len() {
+            known = known || names(table[e].0, "", others[o]);
+            o += 1;
+        }
+        if !known {
+            an_entry_for_no_algorithm(table[e].0);
+        }
+        e += 1;
+    }
+}
+
+const fn no_entry_for_the_algorithm(name: &str) {
+    panic!("{}", name);
+}
+
+const fn two_entries_for_the_algorithm(name: &str) {
+    panic!("{}", name);
+}
+
+const fn an_entry_for_no_algorithm(entry: &str) {
+    panic!("{}", entry);
+}
+
+/// Whether `entry` is `prefix` then `name`, in any case.
+const fn names(entry: &str, prefix: &str, name: &str) -> bool {
+    let (entry, prefix, name) = (entry.as_bytes(), prefix.as_bytes(), name.as_bytes());
+    if entry.len() != prefix.len() + name.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < entry.len() {
+        let wanted = if i < prefix.len() {
+            prefix[i]
+        } else {
+            name[i - prefix.len()]
+        };
+        if !entry[i].eq_ignore_ascii_case(&wanted) {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
