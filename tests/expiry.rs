@@ -1,0 +1,184 @@
+//! Who owns a key's expiry: the module. Every write puts it in its band
+//! (from the moment the state is fresh again to that moment plus
+//! `ratelimit.expiry-slack`), and any request (not a peek), allowed or
+//! denied, puts back an expiry a user removed or moved. RDB, the AOF with
+//! and without its RDB preamble, and replicas keep what the key has until
+//! then, and agree on it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+fn expiry(con: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("PEXPIRETIME").arg(key).query(con).unwrap()
+}
+
+/// Waits until `replica` has processed all `primary` sent.
+fn caught_up(primary: &mut redis::Connection, replica: &mut redis::Connection) {
+    let offset = |con: &mut redis::Connection| -> i64 {
+        info_field(con, "replication", "master_repl_offset")
+            .parse()
+            .unwrap()
+    };
+    let sent = offset(primary);
+    wait_for("the replica to catch up", Duration::from_secs(10), || {
+        offset(replica) >= sent
+    });
+}
+
+#[test]
+fn an_expiry_stays_in_its_band_and_moves_only_when_it_leaves_it() {
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    // 100 tokens refilling 10 a second: each request moves the moment the
+    // bucket is full again by 100 ms, less than the 1 s slack.
+    let words = ["RL.TOKENBUCKET", "tb", "100", "10"];
+    let first = check(&mut con, &words);
+    let set = expiry(&mut con, "tb");
+    let now = server_time_ms(&mut con);
+    assert!((now + first[4]..=now + first[4] + 1000).contains(&set));
+    for _ in 0..5 {
+        check(&mut con, &words);
+    }
+    assert_eq!(
+        expiry(&mut con, "tb"),
+        set,
+        "moved though still in its band"
+    );
+    for _ in 0..10 {
+        check(&mut con, &words);
+    }
+    assert!(expiry(&mut con, "tb") > set, "left behind by the state");
+}
+
+#[test]
+fn without_slack_the_expiry_is_exactly_when_the_state_is_fresh() {
+    let server = Server::start(&["--ratelimit.expiry-slack", "0"]);
+    let mut con = server.connect();
+    let r = check(&mut con, &["RL.GCRA", "g", "4", "10", "1s"]);
+    let ttl = pttl(&mut con, "g");
+    assert!((r[4] - 20..=r[4]).contains(&ttl), "{ttl} vs {r:?}");
+}
+
+#[test]
+fn a_removed_or_shortened_expiry_comes_back_with_the_next_request_even_a_denied_one() {
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    let words = ["RL.FIXEDWINDOW", "fw", "1", "1h"];
+    check(&mut con, &words);
+    run(&mut con, &["PERSIST", "fw"]).unwrap();
+    assert_eq!(pttl(&mut con, "fw"), -1);
+    let _ = check(&mut con, &["RL.PEEK", "fw", "FIXEDWINDOW", "1", "1h"]);
+    let _ = check(&mut con, &["RL.FIXEDWINDOW", "fw", "1", "1h", "PEEK"]);
+    assert_eq!(pttl(&mut con, "fw"), -1, "a peek changes nothing");
+    assert_eq!(check(&mut con, &words)[0], 0, "denied");
+    assert!(pttl(&mut con, "fw") > 0, "the denial put the expiry back");
+    // Shortened: the state would be lost before it is fresh.
+    run(&mut con, &["PEXPIRE", "fw", "60000"]).unwrap();
+    assert_eq!(check(&mut con, &words)[0], 0);
+    assert!(pttl(&mut con, "fw") > 60_000, "moved back to its band");
+}
+
+#[test]
+fn rdb_and_the_aof_keep_a_removed_expiry_until_the_next_request() {
+    for args in [
+        &["--appendonly", "no"][..],
+        &["--appendonly", "yes", "--aof-use-rdb-preamble", "yes"],
+        &["--appendonly", "yes", "--aof-use-rdb-preamble", "no"],
+    ] {
+        let mut server = Server::start(args);
+        let mut con = server.connect();
+        check(&mut con, &["RL.SLIDINGLOG", "log", "5", "1h"]);
+        check(&mut con, &["RL.SLIDINGLOG", "kept", "5", "1h"]);
+        run(&mut con, &["PERSIST", "log"]).unwrap();
+        let kept = expiry(&mut con, "kept");
+        if args[1] == "no" {
+            run(&mut con, &["DEBUG", "RELOAD"]).unwrap();
+        } else {
+            run(&mut con, &["BGREWRITEAOF"]).unwrap();
+            wait_for("the AOF rewrite", Duration::from_secs(10), || {
+                info_field(&mut con, "persistence", "aof_rewrite_in_progress") == "0"
+                    && info_field(&mut con, "persistence", "aof_rewrite_scheduled") == "0"
+            });
+            server.shutdown_nosave();
+            server.launch();
+            con = server.connect();
+        }
+        assert_eq!(
+            pttl(&mut con, "log"),
+            -1,
+            "{args:?}: the removed expiry came back"
+        );
+        assert_eq!(expiry(&mut con, "kept"), kept, "{args:?}: the expiry moved");
+        check(&mut con, &["RL.SLIDINGLOG", "log", "5", "1h"]);
+        assert!(
+            pttl(&mut con, "log") > 0,
+            "{args:?}: no expiry after a request"
+        );
+    }
+}
+
+#[test]
+fn a_replica_keeps_the_primarys_expiry_through_persist_and_its_repair() {
+    let primary = Server::start(&[]);
+    let replica = Server::start_replica_of(&primary);
+    let (mut p, mut r) = (primary.connect(), replica.connect());
+    check(&mut p, &["RL.LEAKYBUCKET", "lb", "1", "0.001"]);
+    run(&mut p, &["PERSIST", "lb"]).unwrap();
+    caught_up(&mut p, &mut r);
+    assert_eq!(expiry(&mut r, "lb"), -1);
+    assert_eq!(check(&mut p, &["RL.LEAKYBUCKET", "lb", "1", "0.001"])[0], 0);
+    caught_up(&mut p, &mut r);
+    let repaired = expiry(&mut p, "lb");
+    assert!(repaired > 0);
+    assert_eq!(expiry(&mut r, "lb"), repaired);
+    assert_eq!(digest_value(&mut p, "lb"), digest_value(&mut r, "lb"));
+}
+
+/// The band's width is the primary's setting, carried by the replay: a
+/// replica configured otherwise sets the very same expiry.
+#[test]
+fn a_replica_with_another_slack_sets_the_primarys_expiry() {
+    let primary = Server::start(&["--ratelimit.expiry-slack", "5000"]);
+    let replica = Server::start_replica_of(&primary);
+    let (mut p, mut r) = (primary.connect(), replica.connect());
+    run(&mut r, &["CONFIG", "SET", "ratelimit.expiry-slack", "0"]).unwrap();
+    for _ in 0..3 {
+        check(&mut p, &["RL.TOKENBUCKET", "tb", "10", "1"]);
+    }
+    caught_up(&mut p, &mut r);
+    assert_eq!(expiry(&mut r, "tb"), expiry(&mut p, "tb"));
+}
+
+#[test]
+fn peek_is_answered_by_a_read_only_replica_and_a_read_only_script() {
+    let primary = Server::start(&[]);
+    let replica = Server::start_replica_of(&primary);
+    let (mut p, mut r) = (primary.connect(), replica.connect());
+    for _ in 0..3 {
+        check(&mut p, &["RL.TOKENBUCKET", "tb", "10", "0.001"]);
+    }
+    caught_up(&mut p, &mut r);
+    let words = ["RL.PEEK", "tb", "TOKENBUCKET", "10", "0.001"];
+    assert_eq!(check(&mut r, &words)[..3], [1, 10, 7]);
+    let refused = error_of(&mut r, &["RL.TOKENBUCKET", "tb", "10", "0.001", "PEEK"]);
+    assert!(refused.starts_with("READONLY"), "{refused}");
+    let scripted: Vec<i64> = redis::cmd("EVAL_RO")
+        .arg("return redis.call('RL.PEEK', KEYS[1], 'TOKENBUCKET', '10', '0.001', 'COST', '2')")
+        .arg(1)
+        .arg("tb")
+        .query(&mut p)
+        .unwrap();
+    assert_eq!(scripted[..3], [1, 10, 7]);
+    assert_eq!(
+        error_of(&mut p, &["RL.PEEK", "tb", "GCRA", "1", "1"]),
+        "ERR syntax error: GCRA needs 3 parameters"
+    );
+    assert_eq!(
+        error_of(&mut p, &["RL.PEEK", "tb", "FIXEDWINDOW", "1", "1"]),
+        "WRONGTYPE Operation against a key holding the wrong kind of value"
+    );
+}
