@@ -277,9 +277,15 @@ impl Leases {
 
     /// The key as seen at `now_ms`, changing nothing (for RL.INFO).
     pub fn peek(&self, now_ms: i64) -> Decision {
+        self.peek_with(self.params, now_ms)
+    }
+
+    /// What an acquire of a new slot under `params` would be told at
+    /// `now_ms`, changing nothing.
+    pub fn peek_with(&self, params: LeaseParams, now_ms: i64) -> Decision {
         let now_ms = now_ms.max(self.updated_ms);
-        let allowed = self.book.live_count(now_ms) < self.params.limit;
-        self.decision(self.params.limit, now_ms, allowed)
+        let allowed = self.book.live_count(now_ms) < params.limit;
+        self.decision(params.limit, now_ms, allowed)
     }
 }
 

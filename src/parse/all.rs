@@ -21,6 +21,21 @@ macro_rules! tiers {
             $($ty(<crate::algorithms::$module::$ty as Algorithm>::Params),)*
         }
 
+        $(impl IntoTier for <crate::algorithms::$module::$ty as Algorithm>::Params {
+            fn into_tier(self) -> Tier {
+                Tier::$ty(self)
+            }
+        })*
+
+        impl Tier {
+            /// The registry tag of the tier's algorithm.
+            pub fn tag(&self) -> u8 {
+                match self {
+                    $(Tier::$ty(_) => <crate::algorithms::$module::$ty as crate::algorithms::Registered>::TAG,)*
+                }
+            }
+        }
+
         /// The words that name an algorithm in a spec, in registry order.
         pub const ALGORITHM_WORDS: &[&str] = &[$($name),*];
 
@@ -38,6 +53,11 @@ macro_rules! tiers {
     };
 }
 crate::registry!(tiers);
+
+/// The parameters of an algorithm of the registry, as its tier.
+pub trait IntoTier {
+    fn into_tier(self) -> Tier;
+}
 
 /// `RL.ALL`'s arguments.
 #[derive(Debug, Clone, PartialEq)]

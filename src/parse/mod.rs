@@ -14,7 +14,7 @@ pub mod options;
 pub mod syntax;
 pub mod values;
 
-pub use all::{all, numkeys, peek, AllArgs, Tier};
-pub use options::{acquire, check_args, lease_id, CheckOptions};
+pub use all::{all, numkeys, peek, AllArgs, IntoTier, Tier};
+pub use options::{acquire, check_args, lease_id, AcquireArgs, CheckOptions};
 pub use syntax::Syntax;
 pub use values::{amount, duration_ms, rate, small_count};

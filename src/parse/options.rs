@@ -1,7 +1,7 @@
 //! The words after a command's parameters: the options every check command
-//! takes (`COST n`, `PEEK`), an algorithm's own (`PRECISION n`), and the
-//! concurrency limiter's (`ID id`). Each option at most once, in any order,
-//! in any case.
+//! takes (`COST n`, `PEEK`, `BLOCK ms`), an algorithm's own (`PRECISION n`),
+//! and the concurrency limiter's (`ID id`, `BLOCK ms`). Each option at most
+//! once, in any order, in any case.
 
 use super::syntax::{OptionWord, Syntax, MAX_OWN_OPTIONS};
 use super::values::{amount, duration_ms};
@@ -15,6 +15,9 @@ pub struct CheckOptions {
     pub cost: u64,
     /// `PEEK`: answer and change nothing.
     pub peek: bool,
+    /// `BLOCK ms`: wait on the server until allowed, at most `ms` (0: no
+    /// limit).
+    pub block_ms: Option<u64>,
 }
 
 impl Default for CheckOptions {
@@ -22,6 +25,7 @@ impl Default for CheckOptions {
         Self {
             cost: 1,
             peek: false,
+            block_ms: None,
         }
     }
 }
@@ -55,6 +59,11 @@ pub fn check_options(
         } else if word.eq_ignore_ascii_case(b"PEEK") {
             once(&mut seen_peek, "PEEK")?;
             options.peek = true;
+        } else if word.eq_ignore_ascii_case(b"BLOCK") {
+            if options.block_ms.is_some() {
+                return Err(CommandError::repeated_option("BLOCK"));
+            }
+            options.block_ms = Some(block_ms(value_of(words.next(), "BLOCK")?)?);
         } else if let Some((option, slot)) = own_option(word, own, values) {
             if slot.is_some() {
                 return Err(CommandError::repeated_option(option.token));
@@ -64,7 +73,26 @@ pub fn check_options(
             return Err(CommandError::unknown_option(word));
         }
     }
+    if options.peek && options.block_ms.is_some() {
+        return Err(CommandError::syntax(
+            "PEEK and BLOCK cannot be given together",
+        ));
+    }
     Ok(options)
+}
+
+/// `BLOCK`'s value: whole milliseconds, 0 for no limit (Redis's convention
+/// for blocking commands).
+pub fn block_ms(word: &[u8]) -> Result<u64, CommandError> {
+    if word == b"0" {
+        return Ok(0);
+    }
+    amount(word, "BLOCK").map_err(|_| {
+        CommandError::must_be(
+            "BLOCK",
+            "a whole number of milliseconds from 0 (no limit) to 9007199254740991",
+        )
+    })
 }
 
 /// The algorithm's option `word` names, and the slot for its value.
@@ -79,9 +107,18 @@ pub(crate) fn own_option<'o, 'v>(
     Some((own.get(i)?, values.get_mut(i)?))
 }
 
-/// `RL.ACQUIRE key limit lease [ID id]`, after the key: the parameters and
-/// the id, when the caller chose one.
-pub fn acquire(args: &[&[u8]]) -> Result<(LeaseParams, Option<Vec<u8>>), CommandError> {
+/// `RL.ACQUIRE key limit lease [ID id] [BLOCK ms]`, after the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireArgs {
+    pub params: LeaseParams,
+    /// The lease's id, when the caller chose one.
+    pub id: Option<Vec<u8>>,
+    /// `BLOCK ms`: wait until a slot is free, at most `ms` (0: no limit).
+    pub block_ms: Option<u64>,
+}
+
+/// `RL.ACQUIRE key limit lease [ID id] [BLOCK ms]`, after the key.
+pub fn acquire(args: &[&[u8]]) -> Result<AcquireArgs, CommandError> {
     let [limit, lease, options @ ..] = args else {
         return Err(CommandError::Arity);
     };
@@ -89,18 +126,28 @@ pub fn acquire(args: &[&[u8]]) -> Result<(LeaseParams, Option<Vec<u8>>), Command
         limit: amount(limit, "limit")?,
         lease_ms: duration_ms(lease, "lease")?,
     };
-    let mut id = None;
+    let (mut id, mut block) = (None, None);
     let mut words = options.iter();
     while let Some(word) = words.next() {
-        if !word.eq_ignore_ascii_case(b"ID") {
+        if word.eq_ignore_ascii_case(b"ID") {
+            if id.is_some() {
+                return Err(CommandError::repeated_option("ID"));
+            }
+            id = Some(lease_id(value_of(words.next(), "ID")?)?);
+        } else if word.eq_ignore_ascii_case(b"BLOCK") {
+            if block.is_some() {
+                return Err(CommandError::repeated_option("BLOCK"));
+            }
+            block = Some(block_ms(value_of(words.next(), "BLOCK")?)?);
+        } else {
             return Err(CommandError::unknown_option(word));
         }
-        if id.is_some() {
-            return Err(CommandError::repeated_option("ID"));
-        }
-        id = Some(lease_id(value_of(words.next(), "ID")?)?);
     }
-    Ok((params, id))
+    Ok(AcquireArgs {
+        params,
+        id,
+        block_ms: block,
+    })
 }
 
 /// A lease id: 1 to 64 bytes.
@@ -150,6 +197,7 @@ mod tests {
             Ok(CheckOptions {
                 cost: 5,
                 peek: true,
+                block_ms: None,
             })
         );
         let cases: [(&[&[u8]], &str); 6] = [
@@ -175,6 +223,30 @@ mod tests {
         for (args, expected) in cases {
             assert_eq!(text(shared(args)), expected, "{args:?}");
         }
+    }
+
+    #[test]
+    fn block_takes_whole_milliseconds_zero_for_no_limit_and_never_with_peek() {
+        assert_eq!(shared(&[b"BLOCK", b"0"]).map(|o| o.block_ms), Ok(Some(0)));
+        assert_eq!(
+            shared(&[b"block", b"1500"]).map(|o| o.block_ms),
+            Ok(Some(1500))
+        );
+        for bad in [&b"-1"[..], b"1.5", b"x", b""] {
+            assert_eq!(
+                text(shared(&[b"BLOCK", bad])),
+                "ERR BLOCK must be a whole number of milliseconds from 0 (no limit) to 9007199254740991",
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            text(shared(&[b"BLOCK"])),
+            "ERR syntax error: BLOCK needs a value"
+        );
+        assert_eq!(
+            text(shared(&[b"BLOCK", b"1", b"PEEK"])),
+            "ERR syntax error: PEEK and BLOCK cannot be given together"
+        );
     }
 
     #[test]
@@ -240,11 +312,15 @@ mod tests {
         };
         assert_eq!(
             a(&["3", "30s"]),
-            "ok (LeaseParams { limit: 3, lease_ms: 30000 }, None)"
+            "ok AcquireArgs { params: LeaseParams { limit: 3, lease_ms: 30000 }, id: None, block_ms: None }"
         );
         assert_eq!(
-            a(&["3", "250ms", "id", "w"]),
-            "ok (LeaseParams { limit: 3, lease_ms: 250 }, Some([119]))"
+            a(&["3", "250ms", "id", "w", "BLOCK", "0"]),
+            "ok AcquireArgs { params: LeaseParams { limit: 3, lease_ms: 250 }, id: Some([119]), block_ms: Some(0) }"
+        );
+        assert_eq!(
+            a(&["3", "1s", "BLOCK", "1", "block", "2"]),
+            "ERR syntax error: BLOCK given more than once"
         );
         assert_eq!(a(&["3"]), "ERR wrong number of arguments");
         assert_eq!(a(&["3", "1s", "ID"]), "ERR syntax error: ID needs a value");

@@ -100,6 +100,15 @@ required!(
     RedisModule_CreateString,
     RedisModule_FreeString,
     RedisModule_GetContextFlags,
+    RedisModule_BlockClient,
+    RedisModule_UnblockClient,
+    RedisModule_GetBlockedClientPrivateData,
+    RedisModule_GetBlockedClientHandle,
+    RedisModule_SetDisconnectCallback,
+    RedisModule_CreateTimer,
+    RedisModule_StopTimer,
+    RedisModule_GetSelectedDb,
+    RedisModule_SelectDb,
 );
 
 /// Unreachable once [`missing_apis`] passed at load time; if it ever is
@@ -134,6 +143,15 @@ pub struct KeyName<'a> {
 }
 
 impl<'a> KeyName<'a> {
+    /// # Safety
+    /// `ptr` must be a live string object for `'a`.
+    pub unsafe fn from_raw(ptr: *mut raw::RedisModuleString) -> Self {
+        Self {
+            ptr,
+            life: PhantomData,
+        }
+    }
+
     pub fn raw(self) -> *mut raw::RedisModuleString {
         self.ptr
     }

@@ -9,6 +9,7 @@ pub mod key;
 pub mod replicate;
 pub mod stats;
 pub mod types;
+pub mod waiters;
 
 use std::ffi::c_int;
 

@@ -45,11 +45,19 @@ pub fn init() {
 }
 
 /// Where the running command comes from.
-enum Origin {
+enum Origin<'a> {
     /// A client's command: decided now, on this server's clock and settings,
     /// counted, and propagated as a replay with its header glued to the
     /// argument at `glue_at`.
     Client { command: Command, glue_at: usize },
+    /// A client's command that waited (`BLOCK`) and is served now, outside
+    /// the command: `words` are the command as sent, propagated as a replay
+    /// built from them.
+    Woken {
+        command: Command,
+        glue_at: usize,
+        words: &'a [Vec<u8>],
+    },
     /// A replay, from the primary or the AOF: run on the clock and settings
     /// it pins, and propagated as it is (to this server's own AOF).
     Replay,
@@ -60,7 +68,7 @@ pub struct Run<'a> {
     pub ctx: Ctx<'a>,
     pub now_ms: i64,
     pub expiry_slack_ms: u32,
-    origin: Origin,
+    origin: Origin<'a>,
     changed: Cell<bool>,
 }
 
@@ -73,6 +81,21 @@ impl<'a> Run<'a> {
             now_ms: now_ms(),
             expiry_slack_ms: expiry_slack_ms(),
             origin: Origin::Client { command, glue_at },
+            changed: Cell::new(false),
+        }
+    }
+
+    /// A waiting client's `command`, as sent (`words`), served now.
+    pub fn woken(ctx: Ctx<'a>, command: Command, glue_at: usize, words: &'a [Vec<u8>]) -> Self {
+        Self {
+            ctx,
+            now_ms: now_ms(),
+            expiry_slack_ms: expiry_slack_ms(),
+            origin: Origin::Woken {
+                command,
+                glue_at,
+                words,
+            },
             changed: Cell::new(false),
         }
     }
@@ -102,16 +125,27 @@ impl<'a> Run<'a> {
     /// Propagates the command, when it changed anything: a client's as its
     /// replay (with `drawn_id`, the lease id the server drew, if any), a
     /// replay as it is. Call once, after the command's last write.
-    pub fn propagate(&self, args: &Args<'_>, drawn_id: Option<&[u8]>) {
+    pub fn propagate(&self, args: Option<&Args<'_>>, drawn_id: Option<&[u8]>) {
         if !self.changed.get() {
             return;
         }
-        let Origin::Client { command, glue_at } = self.origin else {
-            // SAFETY: the context of the running command.
-            unsafe { rm!(RedisModule_ReplicateVerbatim)(self.ctx.raw()) };
-            return;
+        let (command, glue_at) = match self.origin {
+            Origin::Client { command, glue_at } => (command, glue_at),
+            Origin::Woken {
+                command,
+                glue_at,
+                words,
+            } => {
+                self.propagate_woken(command, glue_at, words, drawn_id);
+                return;
+            }
+            Origin::Replay => {
+                // SAFETY: the context of the running command.
+                unsafe { rm!(RedisModule_ReplicateVerbatim)(self.ctx.raw()) };
+                return;
+            }
         };
-        let Some(word) = args.bytes(glue_at) else {
+        let Some((args, word)) = args.and_then(|args| Some((args, args.bytes(glue_at)?))) else {
             return;
         };
         let header = Header {
@@ -158,6 +192,65 @@ impl<'a> Run<'a> {
             args.replace(glue_at, original);
             args.replace(0, command_name);
             rm!(RedisModule_FreeString)(std::ptr::null_mut(), glued);
+        }
+    }
+
+    /// The replay of a waiting command served outside it, built from its
+    /// words (there is no argument vector to lend): `RedisModule_Replicate`.
+    fn propagate_woken(
+        &self,
+        command: Command,
+        glue_at: usize,
+        words: &[Vec<u8>],
+        drawn_id: Option<&[u8]>,
+    ) {
+        let header = Header {
+            command,
+            now_ms: self.now_ms,
+            expiry_slack_ms: self.expiry_slack_ms,
+            drawn_id: drawn_id.map(<[u8]>::to_vec),
+        };
+        let name = if command == Command::All {
+            c"RL.APPLYALL"
+        } else {
+            c"RL.APPLY"
+        };
+        let strings: Vec<*mut raw::RedisModuleString> = words
+            .iter()
+            .enumerate()
+            .skip(1)
+            .map(|(i, word)| {
+                let glued;
+                let bytes = if i == glue_at {
+                    glued = header.glued_to(word);
+                    &glued[..]
+                } else {
+                    &word[..]
+                };
+                // SAFETY: a null context makes a string the module owns.
+                unsafe {
+                    rm!(RedisModule_CreateString)(
+                        std::ptr::null_mut(),
+                        bytes.as_ptr().cast::<c_char>(),
+                        bytes.len(),
+                    )
+                }
+            })
+            .collect();
+        // SAFETY: the context serving the waiter, on the waiter's database;
+        // format "v" takes an array of string objects and its length, which
+        // Redis takes references to.
+        unsafe {
+            rm!(RedisModule_Replicate)(
+                self.ctx.raw(),
+                name.as_ptr(),
+                c"v".as_ptr(),
+                strings.as_ptr(),
+                strings.len(),
+            );
+            for string in strings {
+                rm!(RedisModule_FreeString)(std::ptr::null_mut(), string);
+            }
         }
     }
 }

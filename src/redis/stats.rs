@@ -88,6 +88,23 @@ pub unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_repo
     // SAFETY: `ctx` is the INFO context Redis passes; a null section name
     // means the module's own section.
     unsafe { rm!(RedisModule_InfoAddSection)(ctx, std::ptr::null()) };
+    for (field, value) in [
+        (
+            c"blocked_clients",
+            super::waiters::WAITING.load(Relaxed) as u64,
+        ),
+        (
+            c"waits_allowed",
+            super::waiters::WAITS_ALLOWED.load(Relaxed),
+        ),
+        (
+            c"waits_timed_out",
+            super::waiters::WAITS_TIMED_OUT.load(Relaxed),
+        ),
+    ] {
+        // SAFETY: `ctx` is the INFO context; `field` is a static C string.
+        unsafe { rm!(RedisModule_InfoAddFieldULongLong)(ctx, field.as_ptr(), value) };
+    }
     for counter in every() {
         for (field, value) in [
             (counter.allowed_field, &counter.allowed),

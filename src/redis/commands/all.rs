@@ -9,13 +9,11 @@ use redis_module::raw;
 use super::super::api::{rm, run, Args, Ctx, KeyName, Status};
 use super::super::key::Key;
 use super::super::replicate::Run;
-use super::super::stats;
-use super::check::{
-    count, denied, out_of_memory, reply_decision, reply_five_then, store, written, Checked,
-};
+use super::check::{out_of_memory, store, written, Checked};
+use super::request::{respond, Request};
 use crate::algorithms::{Decision, Mode};
 use crate::error::CommandError;
-use crate::parse::{self, Tier};
+use crate::parse::{self, AllArgs, Tier};
 use crate::replay::Command;
 
 pub unsafe extern "C" fn all_command(
@@ -32,17 +30,21 @@ fn all_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
         return declare_keys(ctx, &args.bytes_from(1));
     }
     let run = Run::live(ctx, Command::All, 1);
-    let result = all(&run, args, &args.bytes_from(1));
-    run.propagate(args, None);
-    match result {
-        Ok((combined, tiers)) => reply_five_then(ctx, &combined, || {
-            ctx.reply_array(tiers.len());
-            for tier in &tiers {
-                reply_decision(ctx, tier);
-            }
-        }),
+    match parse::all(&args.bytes_from(1)).and_then(|parsed| Ok((keys(args, &parsed)?, parsed))) {
+        Ok((keys, parsed)) => respond(&run, args, Request::All(parsed), &keys),
         Err(error) => ctx.reply_error(&error),
     }
+}
+
+/// The keys of `RL.ALL` (or of its replay): the arguments after `numkeys`.
+pub fn keys<'a>(args: &Args<'a>, parsed: &AllArgs) -> Result<Vec<KeyName<'a>>, CommandError> {
+    if args.len() < 4 {
+        return Err(CommandError::Arity);
+    }
+    (0..parsed.tiers.len())
+        .map(|i| args.key(2 + i))
+        .collect::<Option<Vec<_>>>()
+        .ok_or(CommandError::Arity)
 }
 
 /// Answers Redis's question of which arguments are keys (cluster routing,
@@ -70,31 +72,19 @@ struct Planned<'a> {
     grows: bool,
 }
 
-/// `RL.ALL` with `words` after the command's name (`numkeys` first), the
-/// keys being the arguments after `numkeys`.
+/// `RL.ALL`'s tiers on `keys`, in `mode`: every tier decides at one
+/// instant, before anything is written, so that a WRONGTYPE or a denial on
+/// any tier leaves every key as it was; only when every tier allows is the
+/// request taken from all.
 pub fn all<'a>(
     run: &Run<'a>,
-    args: &Args<'a>,
-    words: &[&[u8]],
+    keys: &[KeyName<'a>],
+    parsed: &AllArgs,
+    mode: Mode,
 ) -> Result<(Decision, Vec<Decision>), CommandError> {
-    if args.len() < 4 {
-        return Err(CommandError::Arity);
-    }
-    let parsed = parse::all(words)?;
-    let key_names = (0..parsed.tiers.len())
-        .map(|i| args.key(2 + i))
-        .collect::<Option<Vec<_>>>()
-        .ok_or(CommandError::Arity)?;
     let cost = parsed.options.cost;
-    let mode = if parsed.options.peek {
-        Mode::Peek
-    } else {
-        Mode::Take
-    };
-    // Every tier decides before anything is written, so a WRONGTYPE or a
-    // denial on any tier leaves every key as it was.
-    let mut planned = Vec::with_capacity(key_names.len());
-    for (tier, &key_name) in parsed.tiers.iter().zip(&key_names) {
+    let mut planned = Vec::with_capacity(keys.len());
+    for (tier, &key_name) in parsed.tiers.iter().zip(keys) {
         planned.push(plan_tier(run, key_name, tier, cost, mode)?);
     }
     let mut decisions: Vec<Decision> = planned.iter().map(|p| p.decision).collect();
@@ -102,7 +92,7 @@ pub fn all<'a>(
         if mode == Mode::Take && planned.iter().any(|p| p.grows) {
             out_of_memory(run)?;
         }
-        for (tier, key_name) in planned.into_iter().zip(key_names) {
+        for (tier, &key_name) in planned.into_iter().zip(keys) {
             if let Some(commit) = tier.commit {
                 commit(run, key_name)?;
             }
@@ -111,19 +101,14 @@ pub fn all<'a>(
         // Nothing was taken: a tier that would have allowed reports what
         // it holds now, as a peek does; every key keeps its expiry in its
         // band.
-        for ((decision, tier), &key_name) in decisions.iter_mut().zip(&parsed.tiers).zip(&key_names)
-        {
+        for ((decision, tier), &key_name) in decisions.iter_mut().zip(&parsed.tiers).zip(keys) {
             if decision.allowed {
                 *decision = plan_tier(run, key_name, tier, cost, Mode::Peek)?.decision;
-            } else {
-                denied(run, key_name, mode, decision);
             }
             settle_tier(run, key_name, tier);
         }
     }
-    let combined = Decision::all_of(&decisions);
-    count(run, &stats::ALL, mode, &combined);
-    Ok((combined, decisions))
+    Ok((Decision::all_of(&decisions), decisions))
 }
 
 /// Plans the tier of the algorithm `tier` names, made from the registry so

@@ -10,11 +10,11 @@ use redis_module::raw;
 
 use super::super::api::{run, Args, Ctx, Status, Words};
 use super::super::replicate::Run;
-use super::all::{all, declare_keys};
-use super::check::{check, throttle};
-use super::leases::{acquire, release};
-use crate::algorithms::Registered;
+use super::all::{declare_keys, keys};
+use super::leases::release;
+use super::request::Request;
 use crate::error::CommandError;
+use crate::parse;
 use crate::replay::{Command, Header};
 
 /// `RL.APPLY key <header><word> [word ...]`: a replay of a command on one
@@ -31,17 +31,15 @@ pub unsafe extern "C" fn apply_command(
 fn apply_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     let result = replayed(ctx, args, 2).and_then(|(header, words)| {
         let run = Run::replay(ctx, &header);
-        let key_name = args.key(1);
+        let key = args.key(1).ok_or(CommandError::Arity)?;
         let result = match header.command {
-            Command::Check(tag) => check_by_tag(tag, &run, key_name, &words)
-                .unwrap_or_else(|| Err(CommandError::invalid_state("unknown algorithm")))
-                .map(drop),
-            Command::ClThrottle => throttle(&run, key_name, &words).map(drop),
-            Command::Acquire => acquire(&run, key_name, &words, header.drawn_id).map(drop),
-            Command::Release => release(&run, key_name, &words).map(drop),
+            Command::Release => release(&run, Some(key), &words).map(drop),
             Command::All => Err(CommandError::invalid_state("RL.ALL replays as RL.APPLYALL")),
+            command => Request::parse(command, &words, header.drawn_id)
+                .and_then(|request| request.decide(&run, &[key], request.mode()))
+                .map(drop),
         };
-        run.propagate(args, None);
+        run.propagate(Some(args), None);
         result
     });
     reply(ctx, result)
@@ -71,8 +69,12 @@ fn apply_all_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
             return Err(CommandError::invalid_state("not a replay of RL.ALL"));
         }
         let run = Run::replay(ctx, &header);
-        let result = all(&run, args, &words).map(drop);
-        run.propagate(args, None);
+        let result = parse::all(&words).and_then(|parsed| {
+            let keys = keys(args, &parsed)?;
+            let request = Request::All(parsed);
+            request.decide(&run, &keys, request.mode()).map(drop)
+        });
+        run.propagate(Some(args), None);
         result
     });
     reply(ctx, result)
@@ -106,24 +108,3 @@ fn reply(ctx: Ctx<'_>, result: Result<(), CommandError>) -> Status {
         Err(error) => ctx.reply_error(&error),
     }
 }
-
-/// Runs the check of the algorithm whose registry tag is `tag`.
-macro_rules! check_by_tag {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
-        others { $($others:tt)* }
-    ) => {
-        fn check_by_tag(
-            tag: u8,
-            run: &Run<'_>,
-            key_name: Option<super::super::api::KeyName<'_>>,
-            words: &[&[u8]],
-        ) -> Option<Result<crate::algorithms::Decision, CommandError>> {
-            $(if tag == <crate::algorithms::$module::$ty as Registered>::TAG {
-                return Some(check::<crate::algorithms::$module::$ty>(run, key_name, words));
-            })*
-            None
-        }
-    };
-}
-crate::registry!(check_by_tag);

@@ -1,31 +1,31 @@
-//! The check commands (`RL.<ALGORITHM>`, `CL.THROTTLE`): parse, load, call
-//! the algorithm, store, replicate, reply. What every command that stores a
-//! state shares (the effect written to replicas and the AOF, the expiry) is
-//! here too.
+//! The check commands (`RL.<ALGORITHM>`, `CL.THROTTLE`, `RL.PEEK`): each
+//! parses its words into a request (`super::request`), which is decided by
+//! the one-key core here, [`apply`]. What every command that stores a state
+//! shares (storing, the expiry, the OOM rule, the five-integer reply) is here
+//! too.
 
 use std::ffi::c_int;
 
 use redis_module::raw;
 
 use super::super::api::{run, Args, Ctx, KeyName, Status};
-use super::super::config::on_denied;
 use super::super::key::Key;
 use super::super::replicate::Run;
-use super::super::stats::{self, Counted, Counter};
+use super::super::stats::Counted;
 use super::super::types::Stored;
-use crate::algorithms::gcra::Gcra;
+use super::request::{respond, Request};
 use crate::algorithms::{Algorithm, Decision, Mode};
 use crate::error::CommandError;
-use crate::parse::{self, Tier};
-use crate::redis_cell::{cl_throttle, cl_throttle_reply};
+use crate::parse::{self, IntoTier, Tier};
+use crate::redis_cell::cl_throttle;
 use crate::replay::Command;
 
 /// An algorithm with its own check command.
-pub trait Checked: Algorithm + Stored + Counted {}
+pub trait Checked: Algorithm<Params: IntoTier> + Stored + Counted {}
 
-impl<A: Algorithm + Stored + Counted> Checked for A {}
+impl<A: Algorithm<Params: IntoTier> + Stored + Counted> Checked for A {}
 
-/// `RL.<ALGORITHM> key <params> [COST n] [PEEK]`.
+/// `RL.<ALGORITHM> key <params> [COST n] [PEEK] [BLOCK ms]`.
 pub unsafe extern "C" fn check_command<A: Checked>(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
@@ -37,33 +37,21 @@ pub unsafe extern "C" fn check_command<A: Checked>(
 
 fn check_reply<A: Checked>(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     let run = Run::live(ctx, Command::Check(A::TAG), 2);
-    let result = check::<A>(&run, args.key(1), &args.bytes_from(2));
-    run.propagate(args, None);
-    match result {
-        Ok(decision) => reply_decision(ctx, &decision),
-        Err(error) => ctx.reply_error(&error),
-    }
+    let request = parse::check_args::<A::Params>(&args.bytes_from(2)).map(|(params, options)| {
+        Request::Check {
+            tier: params.into_tier(),
+            options,
+        }
+    });
+    one_key(&run, args, request)
 }
 
-/// A check of `key_name`, `words` being what follows the key.
-pub fn check<A: Checked>(
-    run: &Run<'_>,
-    key_name: Option<KeyName<'_>>,
-    words: &[&[u8]],
-) -> Result<Decision, CommandError> {
-    let key_name = key_name.ok_or(CommandError::Arity)?;
-    let (params, options) = parse::check_args::<A::Params>(words)?;
-    let mode = if options.peek { Mode::Peek } else { Mode::Take };
-    let decision = apply::<A>(run, key_name, params, options.cost, mode)?;
-    count(run, A::counter(), mode, &decision);
-    Ok(decision)
-}
-
-/// Counts a decided request in `INFO ratelimit` (a peek is not a request,
-/// and a replay was counted where it was decided).
-pub fn count(run: &Run<'_>, counter: &Counter, mode: Mode, decision: &Decision) {
-    if mode == Mode::Take && !run.is_replay() {
-        counter.count(decision.allowed);
+/// A request on the command's one key (its first argument).
+fn one_key(run: &Run<'_>, args: &Args<'_>, request: Result<Request, CommandError>) -> Status {
+    match (args.key(1), request) {
+        (Some(key), Ok(request)) => respond(run, args, request, &[key]),
+        (None, _) => run.ctx.reply_error(&CommandError::Arity),
+        (_, Err(error)) => run.ctx.reply_error(&error),
     }
 }
 
@@ -80,25 +68,8 @@ pub unsafe extern "C" fn cl_throttle_command(
 
 fn cl_throttle_reply_to(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     let run = Run::live(ctx, Command::ClThrottle, 2);
-    let result = throttle(&run, args.key(1), &args.bytes_from(2));
-    run.propagate(args, None);
-    match result {
-        Ok(decision) => ctx.reply_integers(&cl_throttle_reply(&decision)),
-        Err(error) => ctx.reply_error(&error),
-    }
-}
-
-/// `CL.THROTTLE` on `key_name`, `words` being what follows the key.
-pub fn throttle(
-    run: &Run<'_>,
-    key_name: Option<KeyName<'_>>,
-    words: &[&[u8]],
-) -> Result<Decision, CommandError> {
-    let key_name = key_name.ok_or(CommandError::Arity)?;
-    let throttle = cl_throttle(words)?;
-    let decision = apply::<Gcra>(run, key_name, throttle.params, throttle.cost, throttle.mode)?;
-    count(run, &stats::CL_THROTTLE, throttle.mode, &decision);
-    Ok(decision)
+    let request = cl_throttle(&args.bytes_from(2)).map(Request::Throttle);
+    one_key(&run, args, request)
 }
 
 /// `RL.PEEK key <ALGORITHM> <params> [COST n]`: a check's answer, changing
@@ -114,39 +85,42 @@ pub unsafe extern "C" fn peek_command(
 }
 
 fn peek_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
-    // Nothing changes, so nothing is propagated: the replay's command is moot.
-    let run = Run::live(ctx, Command::All, 1);
-    let result = args.key(1).ok_or(CommandError::Arity).and_then(|key_name| {
-        let (tier, options) = parse::peek(&args.bytes_from(2))?;
-        peek_tier(&run, key_name, &tier, options.cost)
+    let request = parse::peek(&args.bytes_from(2)).and_then(|(tier, mut options)| {
+        if options.block_ms.is_some() {
+            return Err(CommandError::syntax(
+                "PEEK and BLOCK cannot be given together",
+            ));
+        }
+        options.peek = true;
+        Ok(Request::Check { tier, options })
     });
-    match result {
-        Ok(decision) => reply_decision(ctx, &decision),
-        Err(error) => ctx.reply_error(&error),
-    }
+    // Nothing changes, so nothing is propagated: the replay named is moot.
+    let run = Run::live(ctx, Command::All, 1);
+    one_key(&run, args, request)
 }
 
-/// Peeks with the algorithm `tier` names, made from the registry.
-macro_rules! peek_tier {
+/// Decides with the algorithm `tier` names, made from the registry.
+macro_rules! apply_tier {
     (
         algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
         others { $($others:tt)* }
     ) => {
-        fn peek_tier(
+        pub fn apply_tier(
             run: &Run<'_>,
             key_name: KeyName<'_>,
             tier: &Tier,
             cost: u64,
+            mode: Mode,
         ) -> Result<Decision, CommandError> {
             match *tier {
                 $(Tier::$ty(params) => {
-                    apply::<crate::algorithms::$module::$ty>(run, key_name, params, cost, Mode::Peek)
+                    apply::<crate::algorithms::$module::$ty>(run, key_name, params, cost, mode)
                 })*
             }
         }
     };
 }
-crate::registry!(peek_tier);
+crate::registry!(apply_tier);
 
 /// One check of one key: load its state, decide, and when a request was
 /// taken store the new state (in place when the algorithm allows). Any
@@ -155,7 +129,7 @@ crate::registry!(peek_tier);
 /// moved gets it back even from a denial. At `maxmemory`, a request that
 /// would create a key or grow its state is refused with Redis's OOM error;
 /// everything else is decided (see [`out_of_memory`]).
-fn apply<A: Checked>(
+pub fn apply<A: Checked>(
     run: &Run<'_>,
     key_name: KeyName<'_>,
     params: A::Params,
@@ -165,12 +139,9 @@ fn apply<A: Checked>(
     let mut key = Key::open(run.ctx, key_name, mode == Mode::Take);
     let Some(stored) = key.value::<A>()? else {
         let (decision, next) = A::check_with(None, params, run.now_ms, cost, mode);
-        match next {
-            Some(next) => {
-                out_of_memory(run)?;
-                store(run, &mut key, key_name, next)?;
-            }
-            None => denied(run, key_name, mode, &decision),
+        if let Some(next) = next {
+            out_of_memory(run)?;
+            store(run, &mut key, key_name, next)?;
         }
         return Ok(decision);
     };
@@ -190,9 +161,6 @@ fn apply<A: Checked>(
     if key.settle_expiry_moved(before_ms, after_ms, run.expiry_slack_ms) || changed {
         written(run, key_name);
     }
-    if !changed {
-        denied(run, key_name, mode, &decision);
-    }
     Ok(decision)
 }
 
@@ -207,13 +175,6 @@ pub fn out_of_memory(run: &Run<'_>) -> Result<(), CommandError> {
         Err(CommandError::out_of_memory())
     } else {
         Ok(())
-    }
-}
-
-/// Announces a denied request (`deny-events`), where it was decided.
-pub fn denied(run: &Run<'_>, key_name: KeyName<'_>, mode: Mode, decision: &Decision) {
-    if mode == Mode::Take && !decision.allowed && !run.is_replay() {
-        on_denied(run.ctx, key_name);
     }
 }
 

@@ -5,19 +5,17 @@ use std::ffi::c_int;
 
 use redis_module::raw;
 
-use super::super::api::{random_hex, run, Args, Ctx, KeyName, Status};
+use super::super::api::{run, Args, Ctx, KeyName, Status};
 use super::super::key::Key;
 use super::super::replicate::Run;
-use super::super::stats;
-use super::check::{count, denied, out_of_memory, reply_five_then, store, written};
-use crate::algorithms::concurrency::Leases;
-use crate::algorithms::{Decision, Mode, State};
+use super::super::waiters;
+use super::check::{out_of_memory, store, written};
+use super::request::{respond, Request};
+use crate::algorithms::concurrency::{LeaseParams, Leases};
+use crate::algorithms::{Decision, State};
 use crate::error::CommandError;
 use crate::parse;
 use crate::replay::Command;
-
-/// The length of a lease id the server draws: 32 hex characters, 128 bits.
-const DRAWN_ID_LEN: usize = 32;
 
 /// `RL.ACQUIRE key limit lease [ID id]`: the five integers, then the lease's
 /// id (null when refused).
@@ -32,76 +30,46 @@ pub unsafe extern "C" fn acquire_command(
 
 fn acquire_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     let run = Run::live(ctx, Command::Acquire, 2);
-    let result = acquire(&run, args.key(1), &args.bytes_from(2), None);
-    let drawn = result
-        .as_ref()
-        .ok()
-        .and_then(|a| a.drawn.then_some(&a.id[..]));
-    run.propagate(args, drawn);
-    match result {
-        Ok(acquired) => reply_five_then(ctx, &acquired.decision, || {
-            if acquired.decision.allowed {
-                ctx.reply_bytes(&acquired.id);
-            } else {
-                ctx.reply_null();
-            }
-        }),
-        Err(error) => ctx.reply_error(&error),
+    match (
+        args.key(1),
+        Request::parse(Command::Acquire, &args.bytes_from(2), None),
+    ) {
+        (Some(key), Ok(request)) => respond(&run, args, request, &[key]),
+        (None, _) => ctx.reply_error(&CommandError::Arity),
+        (_, Err(error)) => ctx.reply_error(&error),
     }
 }
 
-/// What `RL.ACQUIRE` decided, and for which id.
-pub struct Acquired {
-    pub decision: Decision,
-    pub id: Vec<u8>,
-    /// Whether the server drew the id (the caller gave none).
-    pub drawn: bool,
-}
-
-/// `RL.ACQUIRE` on `key_name`, `words` being what follows the key. Without
-/// an `ID` in the words, the lease's id is `drawn` (a replay's), or drawn
-/// now.
+/// Takes a slot for `id` on `key_name` under `params` (or renews `id`'s
+/// lease): the decision. A key's first lease creates it.
 pub fn acquire(
     run: &Run<'_>,
-    key_name: Option<KeyName<'_>>,
-    words: &[&[u8]],
-    drawn: Option<Vec<u8>>,
-) -> Result<Acquired, CommandError> {
-    let key_name = key_name.ok_or(CommandError::Arity)?;
-    let (params, given) = parse::acquire(words)?;
-    let (id, drawn) = match given {
-        Some(id) => (id, false),
-        None => (drawn.unwrap_or_else(|| random_hex(DRAWN_ID_LEN)), true),
-    };
+    key_name: KeyName<'_>,
+    params: LeaseParams,
+    id: &[u8],
+) -> Result<Decision, CommandError> {
     let mut key = Key::open(run.ctx, key_name, true);
-    let decision = match key.value::<Leases>()? {
+    match key.value::<Leases>()? {
         Some(leases) => {
-            if leases.would_add(params, run.now_ms, &id) {
+            if leases.would_add(params, run.now_ms, id) {
                 out_of_memory(run)?;
             }
-            let (decision, changed) = leases.acquire(params, run.now_ms, &id);
+            let (decision, changed) = leases.acquire(params, run.now_ms, id);
             let fresh_at_ms = leases.fresh_at_ms();
             let moved = key.settle_expiry(fresh_at_ms, run.expiry_slack_ms);
             if changed || moved {
                 written(run, key_name);
             }
-            decision
+            Ok(decision)
         }
         None => {
             out_of_memory(run)?;
             let mut leases = Leases::new(params, run.now_ms);
-            let (decision, _) = leases.acquire(params, run.now_ms, &id);
+            let (decision, _) = leases.acquire(params, run.now_ms, id);
             store(run, &mut key, key_name, leases)?;
-            decision
+            Ok(decision)
         }
-    };
-    count(run, &stats::ACQUIRE, Mode::Take, &decision);
-    denied(run, key_name, Mode::Take, &decision);
-    Ok(Acquired {
-        decision,
-        id,
-        drawn,
-    })
+    }
 }
 
 /// `RL.RELEASE key id`: 1 when `id` held a live lease, now given back;
@@ -121,7 +89,7 @@ fn release_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
         3 => release(&run, args.key(1), &args.bytes_from(2)),
         _ => Err(CommandError::Arity),
     };
-    run.propagate(args, None);
+    run.propagate(Some(args), None);
     match result {
         Ok(released) => ctx.reply_integer(i64::from(released)),
         Err(error) => ctx.reply_error(&error),
@@ -152,5 +120,6 @@ pub fn release(
         key.settle_expiry(fresh_at_ms, run.expiry_slack_ms);
     }
     written(run, key_name);
+    waiters::freed(run.ctx, key_name);
     Ok(true)
 }

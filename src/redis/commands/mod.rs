@@ -7,6 +7,7 @@ mod all;
 mod apply;
 mod check;
 mod leases;
+pub mod request;
 mod state;
 
 use std::ffi::{c_int, CStr, CString};

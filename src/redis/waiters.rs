@@ -1,0 +1,513 @@
+//! `BLOCK ms`: a request that cannot pass now waits on the server, and is
+//! taken, in its turn, as soon as the limit allows it.
+//!
+//! Each key with waiters has a queue, in arrival order, and at most one
+//! timer: due when the first waiter's request can pass (its `retry_after_ms`,
+//! which every algorithm knows exactly), or at once when something freed
+//! room (`RL.RELEASE`, `RL.SETSTATE`) or the first waiter left. The timer
+//! serves the queue: it decides the first waiter's request then and there
+//! (so nothing can come between the decision and the taking), propagates
+//! it as a replay of its command, and unblocks it with its reply; then the
+//! next, until one cannot pass yet, whose own `retry_after_ms` sets the
+//! timer again. A refill or a release costs O(1) plus the waiters it serves,
+//! whatever the queue's length. While a key has waiters, no request jumps
+//! ahead of them: one with `BLOCK` joins the end of the queue, one without
+//! is denied (`super::commands::request::respond`).
+//!
+//! A request of `RL.ALL` waits in the queue of each of its keys and goes
+//! when it is first in all of them (queues are in one arrival order, so two
+//! such requests cannot wait for each other).
+//!
+//! A waiter that times out, is killed, disconnects or is unblocked
+//! (`CLIENT UNBLOCK`) is marked done and skipped when it reaches the front:
+//! it took nothing, and its queue entry goes then. A waiter holds its
+//! command's words and its parsed request: a few hundred bytes.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{c_char, c_int, c_void};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+use redis_module::raw;
+
+use super::api::{now_ms, rm, Args, Ctx, KeyName, Status};
+use super::commands::request::{answer, Outcome, Request};
+use super::replicate::Run;
+use crate::algorithms::Mode;
+use crate::error::CommandError;
+
+/// Clients waiting now.
+pub static WAITING: AtomicUsize = AtomicUsize::new(0);
+/// Waits that ended with the request allowed.
+pub static WAITS_ALLOWED: AtomicU64 = AtomicU64::new(0);
+/// Waits that ended at their deadline (or were unblocked) without it.
+pub static WAITS_TIMED_OUT: AtomicU64 = AtomicU64::new(0);
+
+/// A waiting client.
+struct Waiter {
+    /// Redis's handle of the blocked client.
+    client: *mut raw::RedisModuleBlockedClient,
+    /// Its database, and the keys it waits on.
+    db: c_int,
+    keys: Vec<Box<[u8]>>,
+    /// The command as sent, for its replay when it is served.
+    words: Vec<Vec<u8>>,
+    request: Request,
+    /// Served, timed out, unblocked or gone: waiting no more.
+    done: Cell<bool>,
+}
+
+/// The waiters of one key, and the timer that serves them next.
+#[derive(Default)]
+struct Queue {
+    waiters: VecDeque<Rc<Waiter>>,
+    /// The timer's id and when it is due (Unix ms).
+    timer: Option<(raw::RedisModuleTimerID, i64)>,
+}
+
+impl Queue {
+    /// The first waiter still waiting, dropping those that are not.
+    fn first(&mut self) -> Option<Rc<Waiter>> {
+        while let Some(front) = self.waiters.front() {
+            if !front.done.get() {
+                return Some(front.clone());
+            }
+            self.waiters.pop_front();
+        }
+        None
+    }
+}
+
+#[derive(Default)]
+struct Queues {
+    /// Database -> key -> queue.
+    by_db: HashMap<c_int, HashMap<Box<[u8]>, Queue>>,
+    /// The waiters by their blocked-client handle (timeouts, disconnects).
+    by_client: HashMap<usize, Rc<Waiter>>,
+}
+
+impl Queues {
+    fn queue(&mut self, db: c_int, key: &[u8]) -> Option<&mut Queue> {
+        self.by_db.get_mut(&db)?.get_mut(key)
+    }
+}
+
+thread_local! {
+    /// Commands, timers and callbacks all run on Redis's main thread.
+    static QUEUES: RefCell<Queues> = RefCell::new(Queues::default());
+}
+
+fn with_queues<R>(f: impl FnOnce(&mut Queues) -> R) -> R {
+    QUEUES.with(|q| f(&mut q.borrow_mut()))
+}
+
+fn selected_db(ctx: Ctx<'_>) -> c_int {
+    // SAFETY: `ctx` is a live context.
+    unsafe { rm!(RedisModule_GetSelectedDb)(ctx.raw()) }
+}
+
+/// Whether the running command may block its client: not in `MULTI`, a
+/// script, or any client that must not block (there, `BLOCK` answers as if
+/// its wait had run out, as Redis's own blocking commands do).
+pub fn can_block(ctx: Ctx<'_>) -> bool {
+    let not = raw::REDISMODULE_CTX_FLAGS_MULTI
+        | raw::REDISMODULE_CTX_FLAGS_LUA
+        | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING
+        | raw::REDISMODULE_CTX_FLAGS_REPLICATED
+        | raw::REDISMODULE_CTX_FLAGS_LOADING;
+    ctx.flags() & not as c_int == 0
+}
+
+/// Whether clients wait on any of `keys`.
+pub fn queued(ctx: Ctx<'_>, keys: &[KeyName<'_>]) -> bool {
+    if WAITING.load(Relaxed) == 0 {
+        return false;
+    }
+    let db = selected_db(ctx);
+    with_queues(|queues| {
+        keys.iter().any(|key| {
+            queues
+                .queue(db, key.bytes())
+                .is_some_and(|queue| queue.first().is_some())
+        })
+    })
+}
+
+/// Milliseconds until the waiters of `keys` are next served (at least 1):
+/// the earliest a request behind them may try again.
+pub fn next_turn_ms(ctx: Ctx<'_>, keys: &[KeyName<'_>]) -> i64 {
+    let db = selected_db(ctx);
+    let now = now_ms();
+    with_queues(|queues| {
+        keys.iter()
+            .filter_map(|key| queues.queue(db, key.bytes())?.timer)
+            .map(|(_, due)| due - now)
+            .min()
+            .unwrap_or(1)
+            .max(1)
+    })
+}
+
+/// Blocks the running command's client on `keys` for at most `block_ms` (0:
+/// no limit), at the end of their queues. `retry_after_ms`: when its request
+/// can pass, if it was decided just now (it was not when it queued behind
+/// others). No reply now: it comes when the wait ends.
+pub fn wait(
+    ctx: Ctx<'_>,
+    args: &Args<'_>,
+    request: Request,
+    keys: &[KeyName<'_>],
+    block_ms: u64,
+    retry_after_ms: Option<i64>,
+) -> Status {
+    // SAFETY: `ctx` is the running command's context, whose client may block
+    // (`can_block`); the callbacks are plain functions of this module.
+    let client = unsafe {
+        rm!(RedisModule_BlockClient)(
+            ctx.raw(),
+            Some(reply_callback),
+            Some(timeout_callback),
+            Some(free_reply),
+            i64::try_from(block_ms).unwrap_or(i64::MAX),
+        )
+    };
+    if client.is_null() {
+        return ctx.reply_error(&CommandError::syntax("this client cannot wait here"));
+    }
+    // SAFETY: `client` was just made.
+    unsafe { rm!(RedisModule_SetDisconnectCallback)(client, Some(disconnected)) };
+    let db = selected_db(ctx);
+    let waiter = Rc::new(Waiter {
+        client,
+        db,
+        keys: keys.iter().map(|key| key.bytes().into()).collect(),
+        words: (0..args.len())
+            .filter_map(|i| args.bytes(i))
+            .map(<[u8]>::to_vec)
+            .collect(),
+        request,
+        done: Cell::new(false),
+    });
+    let first_in = with_queues(|queues| {
+        queues.by_client.insert(client as usize, waiter.clone());
+        let mut first_in = Vec::new();
+        for key in &waiter.keys {
+            let queue = queues
+                .by_db
+                .entry(db)
+                .or_default()
+                .entry(key.clone())
+                .or_default();
+            queue.waiters.push_back(waiter.clone());
+            if queue
+                .first()
+                .is_some_and(|first| Rc::ptr_eq(&first, &waiter))
+            {
+                first_in.push(key.clone());
+            }
+        }
+        first_in
+    });
+    WAITING.fetch_add(1, Relaxed);
+    let due = now_ms() + retry_after_ms.unwrap_or(0).max(0);
+    for key in first_in {
+        schedule(ctx, db, &key, due);
+    }
+    Status
+}
+
+/// Something freed room on `key` (a lease given back, a state set): its
+/// waiters are served at once.
+pub fn freed(ctx: Ctx<'_>, key: KeyName<'_>) {
+    if WAITING.load(Relaxed) > 0 {
+        schedule(ctx, selected_db(ctx), key.bytes(), now_ms());
+    }
+}
+
+/// Makes the timer of `key`'s queue due at `due_ms`, or sooner if it is.
+fn schedule(ctx: Ctx<'_>, db: c_int, key: &[u8], due_ms: i64) {
+    let stale = with_queues(|queues| {
+        let queue = queues.queue(db, key)?;
+        match queue.timer {
+            Some((_, at)) if at <= due_ms => None,
+            _ => Some(queue.timer.take()),
+        }
+    });
+    let Some(stale) = stale else {
+        return;
+    };
+    if let Some((id, _)) = stale {
+        let mut data: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `id` is a timer of this module, not fired yet (a fired
+        // timer clears its entry first); its data is the box it was given.
+        if unsafe { rm!(RedisModule_StopTimer)(ctx.raw(), id, &mut data) }
+            == raw::REDISMODULE_OK as c_int
+            && !data.is_null()
+        {
+            // SAFETY: made by `Box::into_raw` below, taken back once.
+            drop(unsafe { Box::from_raw(data.cast::<TimerKey>()) });
+        }
+    }
+    let data = Box::into_raw(Box::new(TimerKey {
+        db,
+        key: key.into(),
+    }));
+    let delay = due_ms.saturating_sub(now_ms()).max(0);
+    // SAFETY: `ctx` is a live context; the callback is a plain function that
+    // takes the box back.
+    let id =
+        unsafe { rm!(RedisModule_CreateTimer)(ctx.raw(), delay, Some(serve_timer), data.cast()) };
+    with_queues(|queues| {
+        if let Some(queue) = queues.queue(db, key) {
+            queue.timer = Some((id, due_ms));
+        }
+    });
+}
+
+/// The queue a timer serves.
+struct TimerKey {
+    db: c_int,
+    key: Box<[u8]>,
+}
+
+unsafe extern "C" fn serve_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    // SAFETY: the box `schedule` made for this timer, taken back once.
+    let target = unsafe { Box::from_raw(data.cast::<TimerKey>()) };
+    // SAFETY: the timer's context, live for this call.
+    let ctx = unsafe { Ctx::new(ctx) };
+    with_queues(|queues| {
+        if let Some(queue) = queues.queue(target.db, &target.key) {
+            queue.timer = None;
+        }
+    });
+    serve(ctx, target.db, &target.key);
+}
+
+/// Serves `key`'s queue from the front: each waiter whose request passes
+/// now is taken and unblocked; the first that cannot sets the timer.
+fn serve(ctx: Ctx<'_>, db: c_int, key: &[u8]) {
+    // SAFETY: the timer's context; the waiters' keys are in `db`.
+    unsafe { rm!(RedisModule_SelectDb)(ctx.raw(), db) };
+    loop {
+        let first = with_queues(|queues| {
+            let queue = queues.queue(db, key)?;
+            let first = queue.first();
+            if first.is_none() && queue.timer.is_none() {
+                if let Some(keys) = queues.by_db.get_mut(&db) {
+                    keys.remove(key);
+                }
+            }
+            first
+        });
+        let Some(waiter) = first else {
+            return;
+        };
+        if !first_everywhere(&waiter) {
+            // Behind another key's waiter: served from there.
+            return;
+        }
+        let names = KeyStrings::new(&waiter.keys);
+        let (command, glue_at) = waiter.request.replayed_as();
+        let run = Run::woken(ctx, command, glue_at, &waiter.words);
+        let decided = waiter.request.decide(&run, &names.key_names(), Mode::Take);
+        run.propagate(None, waiter.request.drawn_id());
+        match decided {
+            Ok(outcome) if outcome.decision().allowed => {
+                waiter.request.counter().count(true);
+                WAITS_ALLOWED.fetch_add(1, Relaxed);
+                finish(&waiter, Ok(outcome));
+                let now = now_ms();
+                for other in waiter.keys.iter().filter(|k| ***k != *key) {
+                    schedule(ctx, db, other, now);
+                }
+            }
+            Ok(outcome) if outcome.decision().retry_after_ms < 0 => {
+                // Changed parameters made it impossible: answered now.
+                waiter.request.counter().count(false);
+                finish(&waiter, Ok(outcome));
+            }
+            Ok(outcome) => {
+                let retry = outcome.decision().retry_after_ms.max(1);
+                schedule(ctx, db, key, now_ms() + retry);
+                return;
+            }
+            Err(error) => finish(&waiter, Err(error)),
+        }
+    }
+}
+
+/// Whether `waiter` is the first still waiting in each of its queues.
+fn first_everywhere(waiter: &Rc<Waiter>) -> bool {
+    waiter.keys.len() == 1
+        || with_queues(|queues| {
+            waiter.keys.iter().all(|key| {
+                queues
+                    .queue(waiter.db, key)
+                    .and_then(Queue::first)
+                    .is_some_and(|first| Rc::ptr_eq(&first, waiter))
+            })
+        })
+}
+
+/// Ends `waiter`'s wait: it is unblocked, and replied `result` (an outcome,
+/// or an error), or nothing when it ended otherwise (`None`).
+fn finish(waiter: &Rc<Waiter>, result: Result<Outcome, CommandError>) {
+    end(waiter);
+    let reply = Box::into_raw(Box::new(result));
+    // SAFETY: a client this module blocked and has not unblocked; Redis
+    // hands `reply` to `reply_callback`, then to `free_reply`.
+    unsafe { rm!(RedisModule_UnblockClient)(waiter.client, reply.cast()) };
+}
+
+/// Marks `waiter` as waiting no more.
+fn end(waiter: &Rc<Waiter>) {
+    if !waiter.done.replace(true) {
+        WAITING.fetch_sub(1, Relaxed);
+        with_queues(|queues| queues.by_client.remove(&(waiter.client as usize)));
+    }
+}
+
+/// The waiter a blocked client is, if it still waits.
+fn waiter_of(client: *mut raw::RedisModuleBlockedClient) -> Option<Rc<Waiter>> {
+    with_queues(|queues| queues.by_client.get(&(client as usize)).cloned())
+}
+
+/// A waiter that left: if it was first in a queue, the next may go now.
+fn left(ctx: Ctx<'_>, waiter: &Rc<Waiter>) {
+    let first_in: Vec<Box<[u8]>> = with_queues(|queues| {
+        waiter
+            .keys
+            .iter()
+            .filter(|key| {
+                queues.queue(waiter.db, key).is_some_and(|queue| {
+                    queue
+                        .waiters
+                        .front()
+                        .is_some_and(|front| Rc::ptr_eq(front, waiter))
+                })
+            })
+            .cloned()
+            .collect()
+    });
+    end(waiter);
+    let now = now_ms();
+    for key in first_in {
+        schedule(ctx, waiter.db, &key, now);
+    }
+}
+
+type ReplyData = Result<Outcome, CommandError>;
+
+/// Replies to a served waiter.
+unsafe extern "C" fn reply_callback(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    // SAFETY: the context Redis replies to the unblocked client in.
+    let ctx = unsafe { Ctx::new(ctx) };
+    // SAFETY: as above; the private data is the box `finish` gave.
+    let data = unsafe { rm!(RedisModule_GetBlockedClientPrivateData)(ctx.raw()) };
+    // SAFETY: `finish` made it from a `ReplyData`; `free_reply` frees it.
+    match unsafe { data.cast::<ReplyData>().as_ref() } {
+        Some(Ok(outcome)) => outcome.reply(ctx),
+        Some(Err(error)) => ctx.reply_error(error),
+        None => ctx.reply_null(),
+    };
+    raw::REDISMODULE_OK as c_int
+}
+
+unsafe extern "C" fn free_reply(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    if !data.is_null() {
+        // SAFETY: made by `Box::into_raw` in `finish`, freed once, here.
+        drop(unsafe { Box::from_raw(data.cast::<ReplyData>()) });
+    }
+}
+
+/// The wait ran out (or `CLIENT UNBLOCK`): the denied reply, from the state
+/// as it is now; nothing taken.
+unsafe extern "C" fn timeout_callback(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    // SAFETY: the context of the blocked client, on its database.
+    let ctx = unsafe { Ctx::new(ctx) };
+    // SAFETY: as above.
+    let client = unsafe { rm!(RedisModule_GetBlockedClientHandle)(ctx.raw()) };
+    match waiter_of(client) {
+        Some(waiter) => {
+            left(ctx, &waiter);
+            WAITS_TIMED_OUT.fetch_add(1, Relaxed);
+            let names = KeyStrings::new(&waiter.keys);
+            let keys = names.key_names();
+            let (command, glue_at) = waiter.request.replayed_as();
+            let run = Run::live(ctx, command, glue_at);
+            match waiter.request.decide(&run, &keys, Mode::Peek) {
+                Ok(outcome) => answer(&run, &waiter.request, &keys, &outcome.denied(1)),
+                Err(error) => ctx.reply_error(&error),
+            };
+        }
+        None => {
+            ctx.reply_null();
+        }
+    }
+    // SAFETY: a client this module blocked: the handle is freed once the
+    // module unblocks it, even after a timeout.
+    unsafe { rm!(RedisModule_UnblockClient)(client, std::ptr::null_mut()) };
+    raw::REDISMODULE_OK as c_int
+}
+
+/// The client went away (or was killed) while it waited: it took nothing.
+unsafe extern "C" fn disconnected(
+    ctx: *mut raw::RedisModuleCtx,
+    client: *mut raw::RedisModuleBlockedClient,
+) {
+    // SAFETY: the context Redis gives this callback.
+    let ctx = unsafe { Ctx::new(ctx) };
+    if let Some(waiter) = waiter_of(client) {
+        left(ctx, &waiter);
+    }
+    // SAFETY: as in `timeout_callback`.
+    unsafe { rm!(RedisModule_UnblockClient)(client, std::ptr::null_mut()) };
+}
+
+/// String objects for a waiter's key names, freed when dropped.
+struct KeyStrings(Vec<*mut raw::RedisModuleString>);
+
+impl KeyStrings {
+    fn new(keys: &[Box<[u8]>]) -> Self {
+        Self(
+            keys.iter()
+                .map(|key| {
+                    // SAFETY: a null context makes a string the module owns.
+                    unsafe {
+                        rm!(RedisModule_CreateString)(
+                            std::ptr::null_mut(),
+                            key.as_ptr().cast::<c_char>(),
+                            key.len(),
+                        )
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    fn key_names(&self) -> Vec<KeyName<'_>> {
+        self.0
+            .iter()
+            // SAFETY: live strings, owned by `self`.
+            .map(|&ptr| unsafe { KeyName::from_raw(ptr) })
+            .collect()
+    }
+}
+
+impl Drop for KeyStrings {
+    fn drop(&mut self) {
+        for &ptr in &self.0 {
+            // SAFETY: made by `new`, freed once.
+            unsafe { rm!(RedisModule_FreeString)(std::ptr::null_mut(), ptr) };
+        }
+    }
+}
