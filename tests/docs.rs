@@ -209,6 +209,7 @@ fn token_bucket_documents_key_capacity_rate_then_cost_and_peek_options() {
             ("rate", "double", "", ""),
             ("cost", "integer", "COST", "optional"),
             ("peek", "pure-token", "PEEK", "optional"),
+            ("block", "integer", "BLOCK", "optional"),
         ])
     );
     assert_eq!(field_text(&doc, "complexity"), "O(1)");
@@ -241,6 +242,7 @@ fn every_check_command_is_documented_as_its_algorithm_declares_it() {
         expected.extend([
             ("cost", "integer", "COST", "optional"),
             ("peek", "pure-token", "PEEK", "optional"),
+            ("block", "integer", "BLOCK", "optional"),
         ]);
         assert_eq!(arguments(&doc), owned(&expected), "{command}");
         assert_eq!(field_text(&doc, "summary"), algorithm.summary, "{command}");
@@ -419,6 +421,7 @@ fn rl_all_declares_its_keys_by_the_numkeys_before_them() {
             ("spec", "string", "", "multiple"),
             ("cost", "integer", "COST", "optional"),
             ("peek", "pure-token", "PEEK", "optional"),
+            ("block", "integer", "BLOCK", "optional"),
         ])
     );
 }

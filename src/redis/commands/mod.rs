@@ -55,6 +55,12 @@ const COST: Arg = integer(
 )
 .after("COST")
 .optional();
+const BLOCK: Arg = integer(
+    "block",
+    "Wait on the server until the request is allowed, at most this many milliseconds (0: no limit); waiters are served in arrival order. Not in MULTI or scripts, where it answers at once.",
+)
+.after("BLOCK")
+.optional();
 const PEEK: Arg = pure_token(
     "peek",
     "PEEK",
@@ -90,7 +96,7 @@ fn check_command<A: Checked>() -> Command {
     let mut args = vec![CHECKED_KEY];
     args.extend(syntax);
     args.extend(own);
-    args.extend([COST, PEEK]);
+    args.extend([COST, PEEK, BLOCK]);
     one_key(
         &format!("rl.{}", A::NAME),
         check::check_command::<A>,
@@ -213,6 +219,9 @@ pub fn table() -> Vec<Command> {
                     string("id", "The lease's id, 1 to 64 bytes (default: 32 random hex characters); an id holding a live lease renews it without taking a second slot.")
                         .after("ID")
                         .optional(),
+                    integer("block", "Wait on the server until a slot is free, at most this many milliseconds (0: no limit); woken by RL.RELEASE or a lease running out, in arrival order.")
+                        .after("BLOCK")
+                        .optional(),
                 ],
             },
         ),
@@ -290,6 +299,7 @@ pub fn table() -> Vec<Command> {
                     arg("spec", ArgKind::String, spec_summary()).multiple(),
                     COST,
                     PEEK,
+                    BLOCK,
                 ],
             },
         },
