@@ -15,7 +15,11 @@
 #
 # Environment: PROFILE_REQUESTS (default 100000 per command),
 # PROFILE_OUT (default target/profile-out), PROFILE_TARGET_DIR (the separate
-# build, default target/profile), RL_SERVER (default redis-server).
+# build, default target/profile), RL_SERVER (default redis-server),
+# RL_MODULE (a module already built, to profile instead of building one:
+# e.g. an older build, to compare), MODULE_ARGS (settings after the module's
+# path, e.g. "expiry-slack 0"), PROFILE_ALL=1 (every check command, not only
+# the token bucket and the sliding counter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,13 +35,17 @@ for tool in valgrind callgrind_control callgrind_annotate redis-benchmark redis-
   fi
 done
 
-# Its own target directory: these flags would otherwise rebuild the normal
-# release build.
-echo "profile: building the module with line tables into $target" >&2
-CARGO_TARGET_DIR=$target CARGO_PROFILE_RELEASE_DEBUG=line-tables-only \
-  CARGO_PROFILE_RELEASE_STRIP=none RUSTFLAGS="-C symbol-mangling-version=v0" \
-  cargo build --release
-module=$(realpath "$target/release/libredis_ratelimit.so")
+if [ -n "${RL_MODULE:-}" ]; then
+  module=$(realpath "$RL_MODULE")
+else
+  # Its own target directory: these flags would otherwise rebuild the normal
+  # release build.
+  echo "profile: building the module with line tables into $target" >&2
+  CARGO_TARGET_DIR=$target CARGO_PROFILE_RELEASE_DEBUG=line-tables-only \
+    CARGO_PROFILE_RELEASE_STRIP=none RUSTFLAGS="-C symbol-mangling-version=v0" \
+    cargo build --release
+  module=$(realpath "$target/release/libredis_ratelimit.so")
+fi
 
 mkdir -p "$out"
 rm -f "$out"/callgrind.out*
@@ -61,7 +69,7 @@ trap 'exit 130' INT TERM HUP
 timeout 3600 valgrind --tool=callgrind --instr-atstart=no \
   --log-file="$workdir/valgrind.log" --callgrind-out-file="$out/callgrind.out" \
   "$server_bin" --port "$port" --bind 127.0.0.1 --dir "$workdir" --save "" \
-  --appendonly no --daemonize no --loadmodule "$module" \
+  --appendonly no --daemonize no --loadmodule "$module" ${MODULE_ARGS:-} \
   >"$workdir/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 300); do
@@ -86,6 +94,15 @@ commands=(
   "tokenbucket-kept|RL.TOKENBUCKET p:tbk:__rand_int__ 100 0.01"
   "slidingcounter|RL.SLIDINGCOUNTER p:sc:__rand_int__ 100 60"
 )
+if [ -n "${PROFILE_ALL:-}" ]; then
+  commands+=(
+    "fixedwindow|RL.FIXEDWINDOW p:fw:__rand_int__ 100 60"
+    "slidinglog|RL.SLIDINGLOG p:sl:__rand_int__ 100 60"
+    "leakybucket|RL.LEAKYBUCKET p:lb:__rand_int__ 100 10"
+    "gcra|RL.GCRA p:gcra:__rand_int__ 99 10 1"
+    "cl.throttle|CL.THROTTLE p:cl:__rand_int__ 99 10 1"
+  )
+fi
 for entry in "${commands[@]}"; do
   name=${entry%%|*}
   read -r -a words <<<"${entry#*|}"
