@@ -155,24 +155,25 @@ static REFUSALS: Mutex<LogThrottle> = Mutex::new(LogThrottle::new(Duration::from
 /// The log line of a refused load of a `type_name` value, if it gets one.
 fn refusal_line(type_name: &str, why: &str) -> Option<String> {
     let mut refusals = REFUSALS.lock().unwrap_or_else(PoisonError::into_inner);
+    let Verdict::Log {
+        unlogged,
+        since_last,
+    } = refusals.event(Instant::now())
+    else {
+        return None;
+    };
     let refused = format!("ratelimit: cannot load a {type_name} value: {why}");
-    match refusals.event(Instant::now()) {
-        Verdict::Count => None,
-        Verdict::Log {
-            since_last: None, ..
-        } => Some(format!(
+    Some(match (since_last, unlogged) {
+        (None, _) => format!(
             "{refused} (further refusals are logged at most once every {} s, each line counting those not logged)",
             refusals.interval().as_secs()
-        )),
-        Verdict::Log { unlogged: 0, .. } => Some(refused),
-        Verdict::Log {
-            unlogged,
-            since_last: Some(since),
-        } => Some(format!(
+        ),
+        (Some(_), 0) => refused,
+        (Some(since), unlogged) => format!(
             "{refused}; {unlogged} other values were refused in the {:.1} s since the last such line, not logged one by one",
             since.as_secs_f64()
-        )),
-    }
+        ),
+    })
 }
 
 /// Reads a state back; any buffer that is not exactly one this module writes
