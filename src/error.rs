@@ -48,6 +48,11 @@ impl CommandError {
         ))
     }
 
+    /// An `RL.ALL` naming more keys than the setting `max-keys` allows.
+    pub fn too_many_keys(max: usize) -> Self {
+        Self::must_be("numkeys", &format!("at most {max} (ratelimit.max-keys)"))
+    }
+
     pub fn wrong_type() -> Self {
         Reply(Cow::Borrowed(
             "WRONGTYPE Operation against a key holding the wrong kind of value",

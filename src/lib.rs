@@ -18,6 +18,8 @@ pub mod encoding;
 #[deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
 pub mod error;
 #[deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
+pub mod log_throttle;
+#[deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
 pub mod parse;
 #[cfg(not(test))]
 mod redis;

@@ -313,6 +313,120 @@ fn all_refuses_bad_input_with_a_clear_error_and_changes_nothing() {
     assert!(!exists(&mut con, "fresh"));
 }
 
+/// `RL.ALL` over `n` token-bucket tiers on the keys `{prefix}:0` ...
+fn many_tiers(prefix: &str, n: usize) -> Vec<String> {
+    let mut words = vec!["RL.ALL".to_string(), n.to_string()];
+    words.extend((0..n).map(|i| format!("{{{prefix}}}:{i}")));
+    for _ in 0..n {
+        words.extend(["TOKENBUCKET", "5", "1"].map(String::from));
+    }
+    words
+}
+
+fn as_strs(words: &[String]) -> Vec<&str> {
+    words.iter().map(String::as_str).collect()
+}
+
+fn config_get(con: &mut Connection, name: &str) -> String {
+    let pair: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(name)
+        .query(con)
+        .unwrap();
+    pair.get(1).cloned().unwrap_or_default()
+}
+
+#[test]
+fn all_refuses_more_keys_than_max_keys_before_touching_any() {
+    let primary = Server::start(&[]);
+    let replica = Server::start_replica_of(&primary);
+    let mut con = primary.connect();
+    assert_eq!(config_get(&mut con, "ratelimit.max-keys"), "100");
+    let at_most = many_tiers("a", 100);
+    let (combined, tiers) = all(&mut con, &as_strs(&at_most)[1..]);
+    assert_eq!((combined[0], tiers.len()), (1, 100));
+
+    // One key more: refused before any key is read or written, nothing
+    // replicated, not counted.
+    check(&mut con, &["RL.TOKENBUCKET", "{b}:0", "5", "1"]);
+    let before = dump(&mut con, "{b}:0");
+    let offset = || common::info_field(&mut primary.connect(), "replication", "master_repl_offset");
+    let offset_before = offset();
+    let allowed_before = common::info_field(&mut con, "ratelimit", "ratelimit_all_allowed");
+    let over = many_tiers("b", 101);
+    assert_eq!(
+        error_of(&mut con, &as_strs(&over)),
+        "ERR numkeys must be at most 100 (ratelimit.max-keys)"
+    );
+    let mut peek = over.clone();
+    peek.push("PEEK".into());
+    assert_eq!(
+        error_of(&mut con, &as_strs(&peek)),
+        "ERR numkeys must be at most 100 (ratelimit.max-keys)",
+        "a peek is bounded too"
+    );
+    assert_eq!(
+        dump(&mut con, "{b}:0"),
+        before,
+        "a refused call changed a key"
+    );
+    assert!(!exists(&mut con, "{b}:1"), "a refused call created a key");
+    assert_eq!(offset(), offset_before, "a refused call was replicated");
+    assert_eq!(
+        common::info_field(&mut con, "ratelimit", "ratelimit_all_allowed"),
+        allowed_before
+    );
+
+    // Lowered at run time.
+    run(&mut con, &["CONFIG", "SET", "ratelimit.max-keys", "2"]).unwrap();
+    assert_eq!(
+        error_of(&mut con, &as_strs(&many_tiers("c", 3))),
+        "ERR numkeys must be at most 2 (ratelimit.max-keys)"
+    );
+    assert_eq!(all(&mut con, &as_strs(&many_tiers("c", 2))[1..]).0[0], 1);
+    // Raised at run time.
+    run(&mut con, &["CONFIG", "SET", "ratelimit.max-keys", "1000"]).unwrap();
+    assert_eq!(config_get(&mut con, "ratelimit.max-keys"), "1000");
+    assert_eq!(all(&mut con, &as_strs(&many_tiers("d", 1000))[1..]).0[0], 1);
+    for bad in ["0", "1000001", "-1", "x"] {
+        assert!(
+            run(&mut con, &["CONFIG", "SET", "ratelimit.max-keys", bad]).is_err(),
+            "max-keys {bad} accepted"
+        );
+    }
+    assert_eq!(config_get(&mut con, "ratelimit.max-keys"), "1000");
+
+    // The replica, still at the default of 100, applies every RL.ALL its
+    // primary allowed: the bound is for clients, not for replays.
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(10_000)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(acked, 1);
+    let mut r = replica.connect();
+    assert_eq!(config_get(&mut r, "ratelimit.max-keys"), "100");
+    for key in ["{a}:99", "{c}:1", "{d}:0", "{d}:999"] {
+        assert!(exists(&mut r, key), "{key} is missing on the replica");
+        assert_eq!(
+            digest_value(&mut con, key),
+            digest_value(&mut r, key),
+            "{key}"
+        );
+    }
+}
+
+#[test]
+fn max_keys_is_settable_by_a_loadmodule_argument() {
+    let server = Server::start(&["max-keys", "3"]);
+    let mut con = server.connect();
+    assert_eq!(config_get(&mut con, "ratelimit.max-keys"), "3");
+    assert_eq!(
+        error_of(&mut con, &as_strs(&many_tiers("a", 4))),
+        "ERR numkeys must be at most 3 (ratelimit.max-keys)"
+    );
+}
+
 #[test]
 fn command_getkeys_names_exactly_the_keys_numkeys_counts() {
     let server = Server::start(&[]);

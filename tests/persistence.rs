@@ -271,41 +271,50 @@ fn reseal(payload: &mut [u8]) {
     payload[body..].copy_from_slice(&crc.to_le_bytes());
 }
 
-#[test]
-fn a_corrupt_or_future_serialized_state_is_refused_without_a_crash() {
-    // Uncompressed, so the state's bytes can be found and edited.
-    let mut server = Server::start(&["--rdbcompression", "no"]);
-    let mut con = server.connect();
-    check(
-        &mut con,
-        &["RL.TOKENBUCKET", "tb", "10", "0.01", "COST", "3"],
-    );
-    let good = dump(&mut con, "tb").unwrap();
+/// A token bucket's DUMP payload (the server must run with `--rdbcompression
+/// no`, so the state's bytes can be found and edited), and where its state
+/// starts: tag 1, then capacity 10 (little-endian).
+fn token_bucket_payload(con: &mut Connection) -> (Vec<u8>, usize) {
+    check(con, &["RL.TOKENBUCKET", "tb", "10", "0.01", "COST", "3"]);
+    let good = dump(con, "tb").unwrap();
     let mut resealed = good.clone();
     reseal(&mut resealed);
     assert_eq!(resealed, good, "the test's CRC-64 must match Redis's");
-
-    // The state inside the payload: tag 1, then capacity 10 (little-endian).
     let mut pattern = vec![1u8];
     pattern.extend_from_slice(&10u64.to_le_bytes());
     let at = good
         .windows(pattern.len())
         .position(|w| w == pattern)
         .expect("state not found in the DUMP payload");
+    (good, at)
+}
 
-    let restore = |con: &mut Connection, payload: &[u8]| {
-        redis::cmd("RESTORE")
-            .arg("copy")
-            .arg(0)
-            .arg(payload)
-            .query::<String>(con)
-    };
+/// A sealed payload (Redis accepts its checksum) whose token bucket holds
+/// 11 tokens of a capacity of 10: a state this module never writes.
+fn too_many_tokens(good: &[u8], at: usize) -> Vec<u8> {
+    let mut payload = good.to_vec();
+    payload[at + 17..at + 25].copy_from_slice(&11.0f64.to_le_bytes());
+    reseal(&mut payload);
+    payload
+}
+
+fn restore(con: &mut Connection, payload: &[u8]) -> redis::RedisResult<String> {
+    redis::cmd("RESTORE")
+        .arg("copy")
+        .arg(0)
+        .arg(payload)
+        .query::<String>(con)
+}
+
+#[test]
+fn a_corrupt_or_future_serialized_state_is_refused_without_a_crash() {
+    let mut server = Server::start(&["--rdbcompression", "no"]);
+    let mut con = server.connect();
+    let (good, at) = token_bucket_payload(&mut con);
     assert_eq!(restore(&mut con, &good).unwrap(), "OK");
     run(&mut con, &["DEL", "copy"]).unwrap();
 
-    let mut too_many_tokens = good.clone();
-    too_many_tokens[at + 17..at + 25].copy_from_slice(&11.0f64.to_le_bytes());
-    reseal(&mut too_many_tokens);
+    let too_many_tokens = too_many_tokens(&good, at);
     let mut unknown_tag = good.clone();
     unknown_tag[at] = 200;
     reseal(&mut unknown_tag);
@@ -330,5 +339,73 @@ fn a_corrupt_or_future_serialized_state_is_refused_without_a_crash() {
     assert!(
         server.log().contains("ratelimit: cannot load"),
         "no log line"
+    );
+}
+
+/// How many refusals one of the module's log lines stands for: itself, and
+/// the others it counts ("...; 1999 other values were refused ...").
+fn refusals_in_line(line: &str) -> u64 {
+    let others = line
+        .split_once("; ")
+        .and_then(|(_, rest)| rest.split_once(" other values were refused"))
+        .map_or(0, |(n, _)| n.parse::<u64>().expect("a count of refusals"));
+    1 + others
+}
+
+#[test]
+fn refused_restores_log_the_first_then_a_line_an_interval_that_counts_the_rest() {
+    const REFUSALS: u64 = 2000;
+    const INTERVAL: Duration = Duration::from_secs(10);
+    let server = Server::start(&["--rdbcompression", "no"]);
+    let mut con = server.connect();
+    let (good, at) = token_bucket_payload(&mut con);
+    let bad = too_many_tokens(&good, at);
+    let lines_before = server.log().lines().count();
+
+    let start = std::time::Instant::now();
+    for i in 0..REFUSALS {
+        let error = restore(&mut con, &bad).expect_err("RESTORE accepted a corrupt payload");
+        assert_eq!(error.code(), Some("ERR"), "refusal {i} answered {error:?}");
+    }
+    // One more after the interval: its line counts the refusals before it
+    // that were not logged one by one.
+    std::thread::sleep(
+        (start + INTERVAL + Duration::from_millis(500))
+            .saturating_duration_since(std::time::Instant::now()),
+    );
+    restore(&mut con, &bad).expect_err("RESTORE accepted a corrupt payload");
+    let elapsed = start.elapsed();
+    assert!(!exists(&mut con, "copy"), "a key was created");
+
+    let log = server.log();
+    let ours: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("ratelimit: cannot load"))
+        .collect();
+    let most = 2 + elapsed.as_secs() / INTERVAL.as_secs();
+    assert!(
+        (2..=most).contains(&(ours.len() as u64)),
+        "{} lines for {} refusals in {elapsed:?}, expected 2 to {most}; the first:\n{}",
+        ours.len(),
+        REFUSALS + 1,
+        ours[..ours.len().min(5)].join("\n")
+    );
+    assert_eq!(
+        ours.iter().map(|l| refusals_in_line(l)).sum::<u64>(),
+        REFUSALS + 1,
+        "the lines do not account for every refusal:\n{}",
+        ours.join("\n")
+    );
+    // Redis 7.0 logs its own line for a refused RESTORE only at `loglevel
+    // verbose`: at the default level the log grows by our lines alone.
+    let grown = log.lines().count() - lines_before;
+    assert_eq!(
+        grown,
+        ours.len(),
+        "the log grew by:\n{}",
+        log.lines()
+            .skip(lines_before)
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }

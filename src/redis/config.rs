@@ -13,6 +13,11 @@
 //!   busy key's expiry is written about once per slack instead of on every
 //!   request (see `crate::replay::next_expiry`). 0: the expiry is always
 //!   exactly the fresh moment.
+//! - `max-keys` (1 to 1000000, default 100): the most keys one `RL.ALL` may
+//!   name; a call naming more is refused before anything runs. `RL.ALL`
+//!   holds the server for its whole run, 1-3 us a key (9-16 us for 8 KB
+//!   states; `scripts/rl_all_cost.py`), so 10,000 keys stall every other
+//!   client for 13-137 ms. The default bounds a call near 0.2 ms.
 
 use std::ffi::{c_char, c_int, c_longlong, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
@@ -24,12 +29,19 @@ use crate::replay::MAX_EXPIRY_SLACK_MS;
 
 static DENY_EVENTS: AtomicBool = AtomicBool::new(false);
 static EXPIRY_SLACK_MS: AtomicI64 = AtomicI64::new(DEFAULT_EXPIRY_SLACK_MS);
+static MAX_KEYS: AtomicI64 = AtomicI64::new(DEFAULT_MAX_KEYS);
 
 const DEFAULT_EXPIRY_SLACK_MS: i64 = 1000;
+const DEFAULT_MAX_KEYS: i64 = 100;
 
 /// The expiry slack now in force, in ms.
 pub fn expiry_slack_ms() -> u32 {
     u32::try_from(EXPIRY_SLACK_MS.load(Relaxed)).unwrap_or(0)
+}
+
+/// The most keys one `RL.ALL` may name now.
+pub fn max_keys() -> usize {
+    usize::try_from(MAX_KEYS.load(Relaxed)).unwrap_or(1)
 }
 
 /// One setting and where its value lives.
@@ -60,6 +72,13 @@ const SETTINGS: &[Setting] = &[
         default: DEFAULT_EXPIRY_SLACK_MS,
         min: 0,
         max: MAX_EXPIRY_SLACK_MS as i64,
+    },
+    Setting::Number {
+        name: c"max-keys",
+        value: &MAX_KEYS,
+        default: DEFAULT_MAX_KEYS,
+        min: 1,
+        max: 1_000_000,
     },
 ];
 

@@ -4,12 +4,15 @@
 //! holds, what AOF rewrite emits and what replicas receive are the same bytes.
 
 use std::ffi::{c_int, c_void};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::api::{buffer_ptr, rm};
 use crate::algorithms::{Algorithm, Decision, Mode, State};
+use crate::log_throttle::{LogThrottle, Verdict};
 
 /// The RDB encoding version of every type. The state's own tag byte says
 /// which layout follows; this number changes only if the RDB framing does.
@@ -143,22 +146,50 @@ unsafe extern "C" fn rdb_save<A: Stored>(rdb: *mut raw::RedisModuleIO, value: *m
     }
 }
 
+/// Refused loads: any client can cause one (`RESTORE` of a forged value),
+/// so each does not get its own log line. The first does, then at most one
+/// every 10 s, counting the refusals in between: six lines a minute at most,
+/// whatever a client sends.
+static REFUSALS: Mutex<LogThrottle> = Mutex::new(LogThrottle::new(Duration::from_secs(10)));
+
+/// The log line of a refused load of a `type_name` value, if it gets one.
+fn refusal_line(type_name: &str, why: &str) -> Option<String> {
+    let mut refusals = REFUSALS.lock().unwrap_or_else(PoisonError::into_inner);
+    let Verdict::Log {
+        unlogged,
+        since_last,
+    } = refusals.event(Instant::now())
+    else {
+        return None;
+    };
+    let refused = format!("ratelimit: cannot load a {type_name} value: {why}");
+    Some(match (since_last, unlogged) {
+        (None, _) => format!(
+            "{refused} (further refusals are logged at most once every {} s, each line counting those not logged)",
+            refusals.interval().as_secs()
+        ),
+        (Some(_), 0) => refused,
+        (Some(since), unlogged) => format!(
+            "{refused}; {unlogged} other values were refused in the {:.1} s since the last such line, not logged one by one",
+            since.as_secs_f64()
+        ),
+    })
+}
+
 /// Reads a state back; any buffer that is not exactly one this module writes
-/// fails the load (null), logged, without a panic.
+/// fails the load (null), logged (see [`REFUSALS`]), without a panic.
 unsafe extern "C" fn rdb_load<A: Stored>(
     rdb: *mut raw::RedisModuleIO,
     encver: c_int,
 ) -> *mut c_void {
     let refuse = |why: &str| {
-        let msg = std::ffi::CString::new(format!(
-            "ratelimit: cannot load a {} value: {why}",
-            A::TYPE_NAME
-        ))
-        .unwrap_or_default();
-        // SAFETY: `rdb` is the open stream; the format is "%s" with one C string.
-        unsafe {
-            rm!(RedisModule_LogIOError)(rdb, c"warning".as_ptr(), c"%s".as_ptr(), msg.as_ptr())
-        };
+        if let Some(line) = refusal_line(A::TYPE_NAME, why) {
+            let msg = std::ffi::CString::new(line).unwrap_or_default();
+            // SAFETY: `rdb` is the open stream; the format is "%s" with one C string.
+            unsafe {
+                rm!(RedisModule_LogIOError)(rdb, c"warning".as_ptr(), c"%s".as_ptr(), msg.as_ptr())
+            };
+        }
         std::ptr::null_mut()
     };
     if encver != ENCODING_VERSION {

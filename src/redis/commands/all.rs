@@ -7,6 +7,7 @@ use std::ffi::c_int;
 use redis_module::raw;
 
 use super::super::api::{rm, run, Args, Ctx, KeyName, Status};
+use super::super::config;
 use super::super::key::Key;
 use super::super::replicate::Run;
 use super::check::{out_of_memory, store, written, Checked};
@@ -29,8 +30,12 @@ fn all_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     if ctx.is_keys_position_request() {
         return declare_keys(ctx, &args.bytes_from(1));
     }
+    let words = args.bytes_from(1);
+    if let Err(error) = within_max_keys(&words) {
+        return ctx.reply_error(&error);
+    }
     let run = Run::live(ctx, Command::All, 1);
-    match parse::all(&args.bytes_from(1)).and_then(|parsed| Ok((keys(args, &parsed)?, parsed))) {
+    match parse::all(&words).and_then(|parsed| Ok((keys(args, &parsed)?, parsed))) {
         Ok((keys, parsed)) => respond(&run, args, Request::All(parsed), &keys),
         Err(error) => ctx.reply_error(&error),
     }
@@ -45,6 +50,18 @@ pub fn keys<'a>(args: &Args<'a>, parsed: &AllArgs) -> Result<Vec<KeyName<'a>>, C
         .map(|i| args.key(2 + i))
         .collect::<Option<Vec<_>>>()
         .ok_or(CommandError::Arity)
+}
+
+/// Refuses a client's `RL.ALL` over more keys than the setting `max-keys`,
+/// before anything runs: the command holds the server for its whole run.
+/// Replays (`RL.APPLYALL`) are not bounded: a replica or an AOF file must
+/// do what its primary did, whatever its own setting.
+fn within_max_keys(words: &[&[u8]]) -> Result<(), CommandError> {
+    let max = config::max_keys();
+    match parse::numkeys(words) {
+        Ok(n) if n > max => Err(CommandError::too_many_keys(max)),
+        _ => Ok(()),
+    }
 }
 
 /// Answers Redis's question of which arguments are keys (cluster routing,
