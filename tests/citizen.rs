@@ -48,10 +48,16 @@ fn info_ratelimit_counts_allowed_and_denied_requests_per_command_but_not_peeks()
     );
     assert_eq!(info_count(&mut con, "acquire_allowed"), 1);
     assert_eq!(info_count(&mut con, "slidinglog_denied"), 0);
-    // Every algorithm of the registry has its two counters.
-    for name in ALGORITHMS {
+    // Every algorithm of the registry has its three counters; RL.ALL too,
+    // the commands that take no SHADOW have no third.
+    for name in ALGORITHMS.iter().chain(&["all"]) {
         info_count(&mut con, &format!("{name}_allowed"));
         info_count(&mut con, &format!("{name}_denied"));
+        info_count(&mut con, &format!("{name}_shadow_denied"));
+    }
+    for name in ["cl_throttle", "acquire"] {
+        let field = format!("ratelimit_{name}_shadow_denied");
+        assert_eq!(info_field(&mut con, "ratelimit", &field), "", "{field}");
     }
 }
 
@@ -116,6 +122,42 @@ fn with_deny_events_on_each_denied_request_publishes_rl_denied_on_its_key() {
         ["fw", "fw", "pool"],
         "one event per denied request (not for peeks, nor for RL.ALL tiers that allowed)"
     );
+}
+
+#[test]
+fn a_shadow_denial_publishes_rl_shadowdenied_not_rl_denied() {
+    let server = Server::start(&["--notify-keyspace-events", "Kd"]);
+    let mut con = server.connect();
+    run(&mut con, &["CONFIG", "SET", "ratelimit.deny-events", "yes"]).unwrap();
+    let events = events_during(&server, || {
+        for _ in 0..2 {
+            check(&mut con, &["RL.FIXEDWINDOW", "fw", "1", "1h", "SHADOW"]);
+        }
+        run(
+            &mut con,
+            &[
+                "RL.ALL",
+                "2",
+                "t1",
+                "fw",
+                "TOKENBUCKET",
+                "5",
+                "1",
+                "FIXEDWINDOW",
+                "1",
+                "1h",
+                "SHADOW",
+            ],
+        )
+        .unwrap();
+    });
+    let shadow: Vec<&str> = events
+        .iter()
+        .filter(|(_, event)| event == "rl.shadowdenied")
+        .map(|(key, _)| key.as_str())
+        .collect();
+    assert_eq!(shadow, ["fw", "fw"], "{events:?}");
+    assert!(denied_events(&events).is_empty(), "{events:?}");
 }
 
 #[test]

@@ -210,6 +210,8 @@ fn token_bucket_documents_key_capacity_rate_then_cost_and_peek_options() {
             ("cost", "integer", "COST", "optional"),
             ("peek", "pure-token", "PEEK", "optional"),
             ("block", "integer", "BLOCK", "optional"),
+            ("penalty", "string", "PENALTY", "optional"),
+            ("shadow", "pure-token", "SHADOW", "optional"),
         ])
     );
     assert_eq!(field_text(&doc, "complexity"), "O(1)");
@@ -243,6 +245,8 @@ fn every_check_command_is_documented_as_its_algorithm_declares_it() {
             ("cost", "integer", "COST", "optional"),
             ("peek", "pure-token", "PEEK", "optional"),
             ("block", "integer", "BLOCK", "optional"),
+            ("penalty", "string", "PENALTY", "optional"),
+            ("shadow", "pure-token", "SHADOW", "optional"),
         ]);
         assert_eq!(arguments(&doc), owned(&expected), "{command}");
         assert_eq!(field_text(&doc, "summary"), algorithm.summary, "{command}");
@@ -422,6 +426,8 @@ fn rl_all_declares_its_keys_by_the_numkeys_before_them() {
             ("cost", "integer", "COST", "optional"),
             ("peek", "pure-token", "PEEK", "optional"),
             ("block", "integer", "BLOCK", "optional"),
+            ("penalty", "string", "PENALTY", "optional"),
+            ("shadow", "pure-token", "SHADOW", "optional"),
         ])
     );
 }

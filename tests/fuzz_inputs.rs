@@ -7,6 +7,7 @@
 
 use std::path::PathBuf;
 
+use redis_ratelimit::algorithms::penalty::Penalized;
 use redis_ratelimit::algorithms::{Algorithm, State};
 use redis_ratelimit::parse::Syntax;
 
@@ -38,6 +39,10 @@ macro_rules! registered {
         fn stored() -> Vec<Stored> {
             vec![
                 $(Stored { name: $name, decodes: decodes::<redis_ratelimit::algorithms::$module::$ty> },)*
+                $(Stored {
+                    name: concat!("penalized ", $name),
+                    decodes: decodes::<Penalized<redis_ratelimit::algorithms::$module::$ty>>,
+                },)*
                 $(Stored { name: $oname, decodes: decodes::<redis_ratelimit::algorithms::$omodule::$oty> },)*
             ]
         }

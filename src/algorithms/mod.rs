@@ -14,6 +14,7 @@ pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
+pub mod penalty;
 pub mod registry;
 mod schedule;
 pub mod sliding_counter;
@@ -143,6 +144,15 @@ macro_rules! registered {
             const TAG: u8 = $tag;
             const NAME: &'static str = $name;
             const TYPE_NAME: &'static str = $type_name;
+        }
+        impl penalty::Penalizable for $module::$ty {
+            const PENALIZED_TYPE_NAME: &'static str = {
+                const NAME: [u8; 9] = penalty::penalized_type_name($type_name);
+                match core::str::from_utf8(&NAME) {
+                    Ok(name) => name,
+                    Err(_) => panic!("a type name is ASCII"),
+                }
+            };
         })*
         $(impl Registered for $omodule::$oty {
             const TAG: u8 = $otag;

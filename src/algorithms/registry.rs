@@ -39,14 +39,19 @@ macro_rules! registry {
     };
 }
 
-/// Fails the build when two lines share a tag or a type name, or a type name
-/// is not the nine characters Redis requires. Only ever evaluated at compile
+/// Fails the build when two lines share a tag or a type name, a tag is not
+/// below the penalty's (`penalty::PENALTY_TAG`), or a type name is not the
+/// nine characters Redis requires. Only ever evaluated at compile
 /// time (in a `const _`), so its indexing and asserts stop the build, never
 /// the server.
 #[allow(clippy::indexing_slicing)]
 pub(crate) const fn check(tags: &[u8], type_names: &[&str]) {
     let mut i = 0;
     while i < tags.len() {
+        assert!(
+            tags[i] < super::penalty::PENALTY_TAG,
+            "a registry tag is below the penalty's"
+        );
         let mut j = i + 1;
         while j < tags.len() {
             assert!(tags[i] != tags[j], "two registry lines share a tag");

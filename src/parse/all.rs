@@ -3,7 +3,7 @@
 //! its parameters and its own options (a sliding counter's `PRECISION n`),
 //! then the options shared by every tier.
 
-use super::options::{check_options, own_option, value_of, CheckOptions};
+use super::options::{check_options, exclusive, own_option, value_of, CheckOptions};
 use super::syntax::{Syntax, MAX_OWN_OPTIONS};
 use crate::algorithms::Algorithm;
 use crate::error::{shown, CommandError};
@@ -129,7 +129,8 @@ pub fn all(args: &[&[u8]]) -> Result<AllArgs, CommandError> {
 }
 
 /// `RL.PEEK key <ALGORITHM> <params> [COST n]`, after the key: one spec, as
-/// in `RL.ALL`, then the options (`PEEK` is implied, and accepted).
+/// in `RL.ALL`, then the options (`PEEK` is implied, and accepted; the
+/// options `PEEK` excludes are refused).
 pub fn peek(args: &[&[u8]]) -> Result<(Tier, CheckOptions), CommandError> {
     let Some((word, after)) = args.split_first() else {
         return Err(CommandError::Arity);
@@ -138,7 +139,9 @@ pub fn peek(args: &[&[u8]]) -> Result<(Tier, CheckOptions), CommandError> {
         return Err(unknown_algorithm(word));
     };
     let (tier, rest) = parsed?;
-    let options = check_options(rest, &[], &mut [None; MAX_OWN_OPTIONS])?;
+    let mut options = check_options(rest, &[], &mut [None; MAX_OWN_OPTIONS])?;
+    options.peek = true;
+    exclusive(&options)?;
     Ok((tier, options))
 }
 

@@ -18,6 +18,10 @@ pub struct CheckOptions {
     /// `BLOCK ms`: wait on the server until allowed, at most `ms` (0: no
     /// limit).
     pub block_ms: Option<u64>,
+    /// `PENALTY duration`: a denial locks the key for this long (ms).
+    pub penalty_ms: Option<u64>,
+    /// `SHADOW`: decide, but never deny.
+    pub shadow: bool,
 }
 
 impl Default for CheckOptions {
@@ -26,6 +30,8 @@ impl Default for CheckOptions {
             cost: 1,
             peek: false,
             block_ms: None,
+            penalty_ms: None,
+            shadow: false,
         }
     }
 }
@@ -50,7 +56,7 @@ pub fn check_options(
     values: &mut [Option<u64>; MAX_OWN_OPTIONS],
 ) -> Result<CheckOptions, CommandError> {
     let mut options = CheckOptions::default();
-    let (mut seen_cost, mut seen_peek) = (false, false);
+    let (mut seen_cost, mut seen_peek, mut seen_shadow) = (false, false, false);
     let mut words = args.iter();
     while let Some(word) = words.next() {
         if word.eq_ignore_ascii_case(b"COST") {
@@ -64,6 +70,14 @@ pub fn check_options(
                 return Err(CommandError::repeated_option("BLOCK"));
             }
             options.block_ms = Some(block_ms(value_of(words.next(), "BLOCK")?)?);
+        } else if word.eq_ignore_ascii_case(b"PENALTY") {
+            if options.penalty_ms.is_some() {
+                return Err(CommandError::repeated_option("PENALTY"));
+            }
+            options.penalty_ms = Some(duration_ms(value_of(words.next(), "PENALTY")?, "PENALTY")?);
+        } else if word.eq_ignore_ascii_case(b"SHADOW") {
+            once(&mut seen_shadow, "SHADOW")?;
+            options.shadow = true;
         } else if let Some((option, slot)) = own_option(word, own, values) {
             if slot.is_some() {
                 return Err(CommandError::repeated_option(option.token));
@@ -73,12 +87,37 @@ pub fn check_options(
             return Err(CommandError::unknown_option(word));
         }
     }
-    if options.peek && options.block_ms.is_some() {
-        return Err(CommandError::syntax(
-            "PEEK and BLOCK cannot be given together",
-        ));
-    }
+    exclusive(&options)?;
     Ok(options)
+}
+
+/// The options that contradict each other: `PEEK` changes nothing, so it
+/// neither waits (`BLOCK`), nor starts a penalty, nor is shadowed; a
+/// request that never denies (`SHADOW`) has nothing to wait for; and one
+/// that waits until allowed is never answered a denial that could start a
+/// penalty when it gets its turn. `SHADOW` with `PENALTY` is accepted (a
+/// rule with a penalty in shadow mode), and starts no penalty.
+pub(crate) fn exclusive(options: &CheckOptions) -> Result<(), CommandError> {
+    let given = [
+        ("PEEK", options.peek),
+        ("BLOCK", options.block_ms.is_some()),
+        ("PENALTY", options.penalty_ms.is_some()),
+        ("SHADOW", options.shadow),
+    ];
+    const CLASHES: [(&str, &str); 5] = [
+        ("PEEK", "BLOCK"),
+        ("PEEK", "PENALTY"),
+        ("PEEK", "SHADOW"),
+        ("SHADOW", "BLOCK"),
+        ("PENALTY", "BLOCK"),
+    ];
+    let has = |name: &str| given.iter().any(|&(n, on)| on && n == name);
+    match CLASHES.iter().find(|(a, b)| has(a) && has(b)) {
+        Some((a, b)) => Err(CommandError::syntax(&format!(
+            "{a} and {b} cannot be given together"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// `BLOCK`'s value: whole milliseconds, 0 for no limit (Redis's convention
@@ -197,7 +236,15 @@ mod tests {
             Ok(CheckOptions {
                 cost: 5,
                 peek: true,
-                block_ms: None,
+                ..CheckOptions::default()
+            })
+        );
+        assert_eq!(
+            shared(&[b"shadow", b"PENALTY", b"15m"]),
+            Ok(CheckOptions {
+                penalty_ms: Some(900_000),
+                shadow: true,
+                ..CheckOptions::default()
             })
         );
         let cases: [(&[&[u8]], &str); 6] = [
@@ -247,6 +294,52 @@ mod tests {
             text(shared(&[b"BLOCK", b"1", b"PEEK"])),
             "ERR syntax error: PEEK and BLOCK cannot be given together"
         );
+    }
+
+    #[test]
+    fn penalty_takes_a_duration_once_and_contradicting_options_are_refused() {
+        assert_eq!(
+            shared(&[b"PENALTY", b"1h"]).map(|o| o.penalty_ms),
+            Ok(Some(3_600_000))
+        );
+        let cases: [(&[&[u8]], &str); 9] = [
+            (&[b"PENALTY"], "ERR syntax error: PENALTY needs a value"),
+            (
+                &[b"PENALTY", b"0"],
+                "ERR PENALTY must be a duration from 1ms to 366d: a number with an optional unit ms, s, m, h or d (seconds if none)",
+            ),
+            (
+                &[b"PENALTY", b"1s", b"penalty", b"2s"],
+                "ERR syntax error: PENALTY given more than once",
+            ),
+            (
+                &[b"SHADOW", b"shadow"],
+                "ERR syntax error: SHADOW given more than once",
+            ),
+            (
+                &[b"PENALTY", b"1s", b"PEEK"],
+                "ERR syntax error: PEEK and PENALTY cannot be given together",
+            ),
+            (
+                &[b"SHADOW", b"PEEK"],
+                "ERR syntax error: PEEK and SHADOW cannot be given together",
+            ),
+            (
+                &[b"SHADOW", b"BLOCK", b"5"],
+                "ERR syntax error: SHADOW and BLOCK cannot be given together",
+            ),
+            (
+                &[b"BLOCK", b"5", b"PENALTY", b"1m"],
+                "ERR syntax error: PENALTY and BLOCK cannot be given together",
+            ),
+            (
+                &[b"PEEK", b"BLOCK", b"5"],
+                "ERR syntax error: PEEK and BLOCK cannot be given together",
+            ),
+        ];
+        for (args, expected) in cases {
+            assert_eq!(text(shared(args)), expected, "{args:?}");
+        }
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! after the module's path in `loadmodule`.
 //!
 //! - `deny-events` (yes/no, default no): publish a keyspace event
-//!   `rl.denied` on a key each time a request on it is denied, so operators
-//!   can watch for abuse. Redis delivers it only when keyspace events of
+//!   `rl.denied` on a key each time a request on it is denied (and
+//!   `rl.shadowdenied` each time a `SHADOW` request would have been), so
+//!   operators can watch for abuse. Redis delivers it only when keyspace events of
 //!   module keys are on too (`notify-keyspace-events` with `d`, e.g. `Kd`).
 //! - `expiry-slack` (milliseconds, 0 to 86400000, default 1000): how long
 //!   after its state is as good as new a key may live on. A key's expiry is
@@ -238,16 +239,22 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, args: &[&[u8]]) -> Result<(), Str
 }
 
 /// Tells keyspace-event subscribers that a request on `key_name` was
-/// denied, when `deny-events` is on.
-pub fn on_denied(ctx: Ctx<'_>, key_name: KeyName<'_>) {
+/// denied (`rl.denied`), or would have been in `SHADOW` mode
+/// (`rl.shadowdenied`), when `deny-events` is on.
+pub fn on_denied(ctx: Ctx<'_>, key_name: KeyName<'_>, shadow: bool) {
     if DENY_EVENTS.load(Relaxed) {
+        let event = if shadow {
+            c"rl.shadowdenied"
+        } else {
+            c"rl.denied"
+        };
         // SAFETY: `ctx` and `key_name` belong to the running command; the
         // event name is a static C string.
         unsafe {
             rm!(RedisModule_NotifyKeyspaceEvent)(
                 ctx.raw(),
                 raw::REDISMODULE_NOTIFY_MODULE as c_int,
-                c"rl.denied".as_ptr(),
+                event.as_ptr(),
                 key_name.raw(),
             )
         };

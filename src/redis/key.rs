@@ -9,6 +9,7 @@ use redis_module::raw;
 
 use super::api::{rm, Ctx, KeyName};
 use super::types::Stored;
+use crate::algorithms::penalty::{Penalizable, Penalized};
 use crate::error::CommandError;
 use crate::replay::next_expiry;
 
@@ -35,44 +36,130 @@ impl<'a> Key<'a> {
         }
     }
 
-    fn holds(&self, ty: &RedisType) -> Result<bool, CommandError> {
+    /// What the key holds of `A`'s algorithm: nothing, an `A`, or `A`'s
+    /// sibling (its other form, see `Stored::sibling_type`); `WRONGTYPE`
+    /// when it holds anything else.
+    fn holds<A: Stored>(&self) -> Result<Holds, CommandError> {
         if self.ptr.is_null() {
-            return Ok(false);
+            return Ok(Holds::Nothing);
         }
         // SAFETY: `ptr` is an open key.
         let key_type = unsafe { rm!(RedisModule_KeyType)(self.ptr) };
         if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
-            return Ok(false);
+            return Ok(Holds::Nothing);
         }
-        // SAFETY: `ptr` is an open key; for a non-module key Redis answers null.
+        if key_type != raw::REDISMODULE_KEYTYPE_MODULE as c_int {
+            return Err(CommandError::wrong_type());
+        }
+        // SAFETY: `ptr` is an open key holding a module value.
         let module_type = unsafe { rm!(RedisModule_ModuleTypeGetType)(self.ptr) };
-        if key_type == raw::REDISMODULE_KEYTYPE_MODULE as c_int
-            && module_type == *ty.raw_type.borrow()
-        {
-            Ok(true)
+        let is = |ty: &RedisType| module_type == *ty.raw_type.borrow();
+        if is(A::redis_type()) {
+            Ok(Holds::This)
+        } else if A::sibling_type().is_some_and(is) {
+            Ok(Holds::Sibling)
         } else {
             Err(CommandError::wrong_type())
         }
     }
 
+    /// The value the key holds, as a `T` (`A` or its sibling, as
+    /// [`Key::holds`] said).
+    ///
+    /// # Safety
+    /// The key must hold a value of `T`'s type.
+    unsafe fn raw_value<T>(&mut self) -> Option<&mut T> {
+        // SAFETY: per the caller, the key holds a value of T's type, which
+        // only this module creates, always from a `Box<T>`; it lives while
+        // the key is open and nothing else touches it during the command.
+        let value = unsafe { rm!(RedisModule_ModuleTypeGetValue)(self.ptr) }.cast::<T>();
+        // SAFETY: non-null values of our types are valid `T`s (see above).
+        unsafe { value.as_mut() }
+    }
+
     /// The state the key holds: `None` when it does not exist, `WRONGTYPE`
-    /// when it holds anything but an `A` (another algorithm's state included).
+    /// when it holds anything but an `A` (another algorithm's state
+    /// included). For an algorithm's state, whose key may carry a penalty,
+    /// see [`Key::held`].
     pub fn value<A: Stored>(&mut self) -> Result<Option<&mut A>, CommandError> {
-        if !self.holds(A::redis_type())? {
-            return Ok(None);
+        match self.holds::<A>()? {
+            // SAFETY: the key holds an `A`.
+            Holds::This => Ok(unsafe { self.raw_value::<A>() }),
+            Holds::Nothing => Ok(None),
+            Holds::Sibling => Err(CommandError::wrong_type()),
         }
-        // SAFETY: the key holds a value of A's type, which only this module
-        // creates, always from a `Box<A>`; it lives while the key is open and
-        // nothing else touches it during the command.
-        let value = unsafe { rm!(RedisModule_ModuleTypeGetValue)(self.ptr) }.cast::<A>();
-        // SAFETY: non-null values of our type are valid `A`s (see above).
-        Ok(unsafe { value.as_mut() })
+    }
+
+    /// The algorithm's state the key holds, and the end of its latest
+    /// penalty when it has had one: `None` when the key does not exist,
+    /// `WRONGTYPE` when it holds anything but `A`'s algorithm. (`A` is an
+    /// algorithm of the registry, whose sibling is its penalized form.)
+    pub fn held<A: Stored + Penalizable>(&mut self) -> Result<Option<Held<'_, A>>, CommandError> {
+        Ok(match self.holds::<A>()? {
+            Holds::Nothing => None,
+            // SAFETY: the key holds an `A`.
+            Holds::This => unsafe { self.raw_value::<A>() }.map(|state| Held {
+                state,
+                until_ms: None,
+            }),
+            // SAFETY: the key holds `A`'s sibling, its penalized form.
+            Holds::Sibling => unsafe { self.raw_value::<Penalized<A>>() }.map(|p| Held {
+                state: &mut p.state,
+                until_ms: Some(p.until_ms),
+            }),
+        })
+    }
+
+    /// Gives the key, which holds `A`'s algorithm, a penalty until
+    /// `until_ms`: the end is written in place in a penalized state; a
+    /// state that never had a penalty takes its penalized form (a value of
+    /// the penalized type, the state moved into it), keeping the key's
+    /// expiry. The key must be open for writing.
+    pub fn penalize<A: Stored + Penalizable>(
+        &mut self,
+        until_ms: i64,
+        now_ms: i64,
+    ) -> Result<(), CommandError> {
+        match self.holds::<A>()? {
+            Holds::Sibling => {
+                // SAFETY: the key holds `A`'s penalized form.
+                if let Some(penalized) = unsafe { self.raw_value::<Penalized<A>>() } {
+                    penalized.until_ms = until_ms;
+                }
+                Ok(())
+            }
+            Holds::This => {
+                // SAFETY: the key holds an `A`.
+                let Some(slot) = (unsafe { self.raw_value::<A>() }) else {
+                    return Ok(());
+                };
+                // The state leaves the old value for a fresh one (cheap for
+                // every algorithm), which Redis frees when the key's value
+                // is replaced: no copy of a long sliding log.
+                let fresh = A::fresh(slot.params(), now_ms);
+                let state = std::mem::replace(slot, fresh);
+                let penalized_type = A::sibling_type().ok_or_else(CommandError::wrong_type)?;
+                self.replace(penalized_type, Penalized { until_ms, state })
+            }
+            Holds::Nothing => Err(CommandError::invalid_state("no state to penalize")),
+        }
+    }
+
+    /// Sets `value` in place of the key's value of another type, keeping
+    /// the key's expiry (setting a value deletes the key first).
+    fn replace<T>(&self, ty: &RedisType, value: T) -> Result<(), CommandError> {
+        let expires_at = self.expires_at();
+        self.set_as(ty, value)?;
+        if let Some(at) = expires_at {
+            self.expire_at(at);
+        }
+        Ok(())
     }
 
     /// The state the key holds if it is an `A`, to read; `None` when it is
     /// empty or holds anything else.
     pub fn get<A: Stored>(&self) -> Option<&A> {
-        if !self.holds(A::redis_type()).ok()? {
+        if !matches!(self.holds::<A>(), Ok(Holds::This)) {
             return None;
         }
         // SAFETY: as in `value`; shared, since `&self` lends nothing mutable.
@@ -111,27 +198,41 @@ impl<'a> Key<'a> {
 
     /// Stores `value` in a key that holds nothing (or an `A`, which is freed).
     pub fn set<A: Stored>(&self, value: A) -> Result<(), CommandError> {
+        self.set_as(A::redis_type(), value)
+    }
+
+    /// Stores `value` as a value of the type `ty`, which must be the type
+    /// whose callbacks take a `T` (its own, or `T`'s sibling's for a
+    /// penalized state: see `Stored::sibling_type`).
+    fn set_as<T>(&self, ty: &RedisType, value: T) -> Result<(), CommandError> {
         let boxed = Box::into_raw(Box::new(value)).cast();
         // SAFETY: `ptr` is a key opened for writing; Redis takes ownership of
-        // the box and hands it back to our `free` callback.
-        let status = unsafe {
-            rm!(RedisModule_ModuleTypeSetValue)(self.ptr, *A::redis_type().raw_type.borrow(), boxed)
-        };
+        // the box and hands it back to the type's `free` callback, which
+        // drops a `T` (per the caller).
+        let status =
+            unsafe { rm!(RedisModule_ModuleTypeSetValue)(self.ptr, *ty.raw_type.borrow(), boxed) };
         if status == raw::REDISMODULE_OK as c_int {
             Ok(())
         } else {
             // SAFETY: Redis refused the value, so the box is still ours.
-            drop(unsafe { Box::from_raw(boxed.cast::<A>()) });
+            drop(unsafe { Box::from_raw(boxed.cast::<T>()) });
             Err(CommandError::wrong_type())
         }
     }
 
-    /// Puts `state` in the key: in place of the `A` it holds, or as a new
-    /// value when it holds nothing (WRONGTYPE when it holds anything else).
+    /// Puts `state` in the key: in place of the `A` it holds, in place of
+    /// its sibling (its algorithm's other form, keeping the expiry), or as a
+    /// new value when it holds nothing (WRONGTYPE when it holds anything
+    /// else).
     pub fn put<A: Stored>(&mut self, state: A) -> Result<(), CommandError> {
-        match self.value::<A>()? {
-            Some(slot) => *slot = state,
-            None => self.set(state)?,
+        match self.holds::<A>()? {
+            // SAFETY: the key holds an `A`.
+            Holds::This => match unsafe { self.raw_value::<A>() } {
+                Some(slot) => *slot = state,
+                None => self.set(state)?,
+            },
+            Holds::Sibling => self.replace(A::redis_type(), state)?,
+            Holds::Nothing => self.set(state)?,
         }
         Ok(())
     }
@@ -178,6 +279,29 @@ impl<'a> Key<'a> {
         } else {
             self.settle_expiry(after_ms, slack_ms)
         }
+    }
+}
+
+/// What a key holds, of one algorithm.
+enum Holds {
+    Nothing,
+    This,
+    Sibling,
+}
+
+/// An algorithm's state as a key holds it, and the end of the key's latest
+/// penalty, when it has had one.
+pub struct Held<'k, A> {
+    pub state: &'k mut A,
+    pub until_ms: Option<i64>,
+}
+
+impl<A: Stored> Held<'_, A> {
+    /// When the key is as good as new: its state fresh, its penalty over.
+    pub fn fresh_at_ms(&self) -> i64 {
+        let fresh_at_ms = self.state.fresh_at_ms();
+        self.until_ms
+            .map_or(fresh_at_ms, |until| fresh_at_ms.max(until))
     }
 }
 

@@ -1,5 +1,6 @@
 //! `INFO ratelimit`: how many requests each command allowed and denied since
-//! the server started. Peeks and errors are not counted.
+//! the server started, and (for the commands that take `SHADOW`) how many it
+//! would have denied in shadow mode. Peeks and errors are not counted.
 //!
 //! Commands run on Redis's main thread only, so a counter is a relaxed load
 //! and store, not a locked read-modify-write: counting costs next to nothing
@@ -12,28 +13,47 @@ use redis_module::raw;
 
 use super::api::rm;
 
+/// A command's requests: allowed, denied, and denied in `SHADOW` mode
+/// (answered allowed), each counted once.
 pub struct Counter {
-    allowed_field: &'static CStr,
-    denied_field: &'static CStr,
-    allowed: AtomicU64,
-    denied: AtomicU64,
+    fields: [&'static CStr; 3],
+    counts: [AtomicU64; 3],
+    /// Whether the command takes `SHADOW` (else it has no third line).
+    shadowable: bool,
 }
 
 impl Counter {
-    const fn new(allowed_field: &'static CStr, denied_field: &'static CStr) -> Self {
+    const fn new(fields: [&'static CStr; 3], shadowable: bool) -> Self {
         Self {
-            allowed_field,
-            denied_field,
-            allowed: AtomicU64::new(0),
-            denied: AtomicU64::new(0),
+            fields,
+            counts: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+            shadowable,
         }
     }
 
     /// Counts one decided request.
-    pub fn count(&self, allowed: bool) {
-        let counter = if allowed { &self.allowed } else { &self.denied };
-        counter.store(counter.load(Relaxed).wrapping_add(1), Relaxed);
+    pub fn count(&self, allowed: bool, shadow: bool) {
+        let i = match (allowed, shadow) {
+            (true, _) => 0,
+            (false, false) => 1,
+            (false, true) => 2,
+        };
+        if let Some(counter) = self.counts.get(i) {
+            counter.store(counter.load(Relaxed).wrapping_add(1), Relaxed);
+        }
     }
+}
+
+/// A command's three fields, `<name>_allowed`, `_denied` and
+/// `_shadow_denied`.
+macro_rules! fields {
+    ($name:expr) => {
+        [
+            concat_cstr!($name, "_allowed"),
+            concat_cstr!($name, "_denied"),
+            concat_cstr!($name, "_shadow_denied"),
+        ]
+    };
 }
 
 /// A C string literal made of two string literals.
@@ -61,8 +81,7 @@ macro_rules! counters {
     ) => {
         $(impl Counted for crate::algorithms::$module::$ty {
             fn counter() -> &'static Counter {
-                static COUNTER: Counter =
-                    Counter::new(concat_cstr!($name, "_allowed"), concat_cstr!($name, "_denied"));
+                static COUNTER: Counter = Counter::new(fields!($name), true);
                 &COUNTER
             }
         })*
@@ -79,9 +98,9 @@ macro_rules! counters {
 }
 crate::registry!(counters);
 
-pub static CL_THROTTLE: Counter = Counter::new(c"cl_throttle_allowed", c"cl_throttle_denied");
-pub static ALL: Counter = Counter::new(c"all_allowed", c"all_denied");
-pub static ACQUIRE: Counter = Counter::new(c"acquire_allowed", c"acquire_denied");
+pub static CL_THROTTLE: Counter = Counter::new(fields!("cl_throttle"), false);
+pub static ALL: Counter = Counter::new(fields!("all"), true);
+pub static ACQUIRE: Counter = Counter::new(fields!("acquire"), false);
 
 /// The `INFO` callback: one section, named after the module.
 pub unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
@@ -106,10 +125,9 @@ pub unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_repo
         unsafe { rm!(RedisModule_InfoAddFieldULongLong)(ctx, field.as_ptr(), value) };
     }
     for counter in every() {
-        for (field, value) in [
-            (counter.allowed_field, &counter.allowed),
-            (counter.denied_field, &counter.denied),
-        ] {
+        // A command that cannot be given SHADOW has no such line.
+        let lines = if counter.shadowable { 3 } else { 2 };
+        for (field, value) in counter.fields.iter().zip(&counter.counts).take(lines) {
             // SAFETY: as above; `field` is a static C string.
             unsafe {
                 rm!(RedisModule_InfoAddFieldULongLong)(ctx, field.as_ptr(), value.load(Relaxed))

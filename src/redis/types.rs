@@ -11,7 +11,8 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::api::{buffer_ptr, rm};
-use crate::algorithms::{Algorithm, Decision, Mode, State};
+use crate::algorithms::penalty::{self, Penalized, PENALTY_TAG};
+use crate::algorithms::{Algorithm, Decision, Mode, Registered, State};
 use crate::log_throttle::{LogThrottle, Verdict};
 
 /// The RDB encoding version of every type. The state's own tag byte says
@@ -21,6 +22,12 @@ const ENCODING_VERSION: i32 = 1;
 /// A value stored in Redis: its type, and how it looks now (RL.INFO).
 pub trait Stored: State + 'static {
     fn redis_type() -> &'static RedisType;
+
+    /// The other form of the same algorithm's state, if it has one: the
+    /// penalized type of an algorithm's, the algorithm's of a penalized one
+    /// (see `crate::algorithms::penalty`). A key holding it holds the same
+    /// algorithm, not another type.
+    fn sibling_type() -> Option<&'static RedisType>;
 
     /// What a request of 1 would be told at `now_ms`, changing nothing.
     fn peek(&self, now_ms: i64) -> Decision;
@@ -47,8 +54,31 @@ macro_rules! stored_types {
                 );
                 &TYPE
             }
+            fn sibling_type() -> Option<&'static RedisType> {
+                Some(<Penalized<crate::algorithms::$module::$ty> as Stored>::redis_type())
+            }
             fn peek(&self, now_ms: i64) -> Decision {
                 peek_of(self, now_ms)
+            }
+        }
+        impl Stored for Penalized<crate::algorithms::$module::$ty> {
+            fn redis_type() -> &'static RedisType {
+                static TYPE: RedisType = RedisType::new(
+                    <Penalized<crate::algorithms::$module::$ty> as Registered>::TYPE_NAME,
+                    ENCODING_VERSION,
+                    methods::<Penalized<crate::algorithms::$module::$ty>>(),
+                );
+                &TYPE
+            }
+            fn sibling_type() -> Option<&'static RedisType> {
+                Some(<crate::algorithms::$module::$ty as Stored>::redis_type())
+            }
+            fn peek(&self, now_ms: i64) -> Decision {
+                let own = peek_of(&self.state, now_ms);
+                match self.in_force(now_ms) {
+                    Some(until_ms) => penalty::denied_until(until_ms, now_ms, own),
+                    None => own,
+                }
             }
         })*
         $(impl Stored for crate::algorithms::$omodule::$oty {
@@ -60,25 +90,35 @@ macro_rules! stored_types {
                 );
                 &TYPE
             }
+            fn sibling_type() -> Option<&'static RedisType> {
+                None
+            }
             fn peek(&self, now_ms: i64) -> Decision {
                 crate::algorithms::$omodule::$oty::peek(self, now_ms)
             }
         })*
 
-        /// Every type the module stores, to create at load time.
-        pub fn every_type() -> [&'static RedisType; [$($tag,)* $($otag,)*].len()] {
+        /// Every type the module stores, to create at load time: each
+        /// algorithm's, its penalized form's, then the others.
+        pub fn every_type() -> [&'static RedisType; 2 * [$($tag,)*].len() + [$($otag,)*].len()] {
             [
                 $(<crate::algorithms::$module::$ty as Stored>::redis_type(),)*
+                $(<Penalized<crate::algorithms::$module::$ty> as Stored>::redis_type(),)*
                 $(<crate::algorithms::$omodule::$oty as Stored>::redis_type(),)*
             ]
         }
 
-        /// Calls `visitor` with the stored type whose tag starts `bytes`;
+        /// Calls `visitor` with the stored type whose tag starts `bytes`
+        /// (for a penalized state, the algorithm's tag after the penalty's);
         /// `None` for a tag no type has.
         pub fn on_tag<V: StateVisitor>(bytes: &[u8], visitor: V) -> Option<V::Out> {
-            match bytes.first().copied()? {
-                $($tag => Some(visitor.visit::<crate::algorithms::$module::$ty>()),)*
-                $($otag => Some(visitor.visit::<crate::algorithms::$omodule::$oty>()),)*
+            match *bytes {
+                [PENALTY_TAG, tag, ..] => match tag {
+                    $($tag => Some(visitor.visit::<Penalized<crate::algorithms::$module::$ty>>()),)*
+                    _ => None,
+                },
+                $([$tag, ..] => Some(visitor.visit::<crate::algorithms::$module::$ty>()),)*
+                $([$otag, ..] => Some(visitor.visit::<crate::algorithms::$omodule::$oty>()),)*
                 _ => None,
             }
         }
@@ -87,6 +127,7 @@ macro_rules! stored_types {
         pub fn first_of<V: StateVisitor<Out = Option<R>> + Copy, R>(visitor: V) -> Option<R> {
             None
                 $(.or_else(|| visitor.visit::<crate::algorithms::$module::$ty>()))*
+                $(.or_else(|| visitor.visit::<Penalized<crate::algorithms::$module::$ty>>()))*
                 $(.or_else(|| visitor.visit::<crate::algorithms::$omodule::$oty>()))*
         }
     };

@@ -314,7 +314,7 @@ fn serve(ctx: Ctx<'_>, db: c_int, key: &[u8]) {
         run.propagate(None, waiter.request.drawn_id());
         match decided {
             Ok(outcome) if outcome.decision().allowed => {
-                waiter.request.counter().count(true);
+                waiter.request.counter().count(true, false);
                 WAITS_ALLOWED.fetch_add(1, Relaxed);
                 finish(&waiter, Ok(outcome));
                 let now = now_ms();
@@ -324,7 +324,7 @@ fn serve(ctx: Ctx<'_>, db: c_int, key: &[u8]) {
             }
             Ok(outcome) if outcome.decision().retry_after_ms < 0 => {
                 // Changed parameters made it impossible: answered now.
-                waiter.request.counter().count(false);
+                waiter.request.counter().count(false, false);
                 finish(&waiter, Ok(outcome));
             }
             Ok(outcome) => {
@@ -445,7 +445,7 @@ unsafe extern "C" fn timeout_callback(
             let (command, glue_at) = waiter.request.replayed_as();
             let run = Run::live(ctx, command, glue_at);
             match waiter.request.decide(&run, &keys, Mode::Peek) {
-                Ok(outcome) => answer(&run, &waiter.request, &keys, &outcome.denied(1)),
+                Ok(outcome) => answer(&run, &waiter.request, &keys, outcome.denied(1)),
                 Err(error) => ctx.reply_error(&error),
             };
         }

@@ -1,6 +1,7 @@
-//! `RL.ALL numkeys key [key ...] <ALGORITHM params> [...] [COST n] [PEEK]`:
+//! `RL.ALL numkeys key [key ...] <ALGORITHM params> [...] [options]`:
 //! every tier checked at one instant; the request is taken from all of them
-//! or from none.
+//! or from none. A tier whose key is under a penalty denies; with `PENALTY`,
+//! the tiers that denied on their own get one.
 
 use std::ffi::c_int;
 
@@ -11,7 +12,8 @@ use super::super::config;
 use super::super::key::Key;
 use super::super::replicate::Run;
 use super::check::{out_of_memory, store, written, Checked};
-use super::request::{respond, Request};
+use super::request::{penalty_of, respond, Request};
+use crate::algorithms::penalty;
 use crate::algorithms::{Decision, Mode};
 use crate::error::CommandError;
 use crate::parse::{self, AllArgs, Tier};
@@ -87,6 +89,8 @@ struct Planned<'a> {
     commit: Option<Commit<'a>>,
     /// Whether the commit creates the key or grows its state.
     grows: bool,
+    /// Whether the tier's key is under a penalty (which denied).
+    penalized: bool,
 }
 
 /// `RL.ALL`'s tiers on `keys`, in `mode`: every tier decides at one
@@ -116,13 +120,26 @@ pub fn all<'a>(
         }
     } else if mode == Mode::Take {
         // Nothing was taken: a tier that would have allowed reports what
-        // it holds now, as a peek does; every key keeps its expiry in its
+        // it holds now, as a peek does; a tier that denied on its own gets
+        // the penalty, if one was asked; every key keeps its expiry in its
         // band.
-        for ((decision, tier), &key_name) in decisions.iter_mut().zip(&parsed.tiers).zip(keys) {
+        let penalty_ms = penalty_of(&parsed.options);
+        for (((decision, planned), tier), &key_name) in decisions
+            .iter_mut()
+            .zip(&planned)
+            .zip(&parsed.tiers)
+            .zip(keys)
+        {
             if decision.allowed {
                 *decision = plan_tier(run, key_name, tier, cost, Mode::Peek)?.decision;
             }
-            settle_tier(run, key_name, tier);
+            let starts =
+                penalty_ms.filter(|_| !planned.penalized && penalty::starts(decision, mode));
+            let until_ms = starts.map(|ms| penalty::ends_at(run.now_ms, ms));
+            if let Some(until_ms) = until_ms {
+                *decision = penalty::denied_until(until_ms, run.now_ms, *decision);
+            }
+            settle_tier(run, key_name, tier, until_ms)?;
         }
     }
     Ok((Decision::all_of(&decisions), decisions))
@@ -149,12 +166,17 @@ macro_rules! plan_tier {
             }
         }
 
-        /// Puts the expiry of a tier's key in its band, if it holds that
-        /// tier's state.
-        fn settle_tier(run: &Run<'_>, key_name: KeyName<'_>, tier: &Tier) {
+        /// Gives a tier's key the penalty that starts, if one does, and
+        /// puts its expiry in its band, if it holds that tier's state.
+        fn settle_tier(
+            run: &Run<'_>,
+            key_name: KeyName<'_>,
+            tier: &Tier,
+            penalty_until: Option<i64>,
+        ) -> Result<(), CommandError> {
             match *tier {
                 $(Tier::$ty(_) => {
-                    settle::<crate::algorithms::$module::$ty>(run, key_name)
+                    settle::<crate::algorithms::$module::$ty>(run, key_name, penalty_until)
                 })*
             }
         }
@@ -170,15 +192,31 @@ fn plan<'a, A: Checked>(
     mode: Mode,
 ) -> Result<Planned<'a>, CommandError> {
     let mut key = Key::open(run.ctx, key_name, false);
-    let stored = key.value::<A>()?;
-    let grows = match &stored {
+    let held = key.held::<A>()?;
+    if let Some(until_ms) = held
+        .as_ref()
+        .and_then(|h| h.until_ms)
+        .and_then(|until| penalty::in_force(until, run.now_ms))
+    {
+        let state = held.map(|h| &*h.state);
+        let (own, _) = A::check_with(state, params, run.now_ms, cost, Mode::Peek);
+        return Ok(Planned {
+            decision: penalty::denied_until(until_ms, run.now_ms, own),
+            commit: None,
+            grows: false,
+            penalized: true,
+        });
+    }
+    let stored = held.map(|h| &*h.state);
+    let grows = match stored {
         Some(state) => state.grows_with(params, run.now_ms, cost),
         None => true,
     };
-    let (decision, next) = A::check_with(stored.map(|s| &*s), params, run.now_ms, cost, mode);
+    let (decision, next) = A::check_with(stored, params, run.now_ms, cost, mode);
     Ok(Planned {
         grows: grows && next.is_some(),
         decision,
+        penalized: false,
         commit: next.map(|next| {
             Box::new(move |run: &Run<'a>, key_name: KeyName<'a>| {
                 let mut key = Key::open(run.ctx, key_name, true);
@@ -188,12 +226,21 @@ fn plan<'a, A: Checked>(
     })
 }
 
-fn settle<A: Checked>(run: &Run<'_>, key_name: KeyName<'_>) {
+fn settle<A: Checked>(
+    run: &Run<'_>,
+    key_name: KeyName<'_>,
+    penalty_until: Option<i64>,
+) -> Result<(), CommandError> {
     let mut key = Key::open(run.ctx, key_name, true);
-    if let Ok(Some(state)) = key.value::<A>() {
-        let fresh_at_ms = state.fresh_at_ms();
-        if key.settle_expiry(fresh_at_ms, run.expiry_slack_ms) {
-            written(run, key_name);
-        }
+    let Some(before_ms) = key.held::<A>()?.map(|held| held.fresh_at_ms()) else {
+        return Ok(());
+    };
+    if let Some(until_ms) = penalty_until {
+        key.penalize::<A>(until_ms, run.now_ms)?;
     }
+    let fresh_at_ms = before_ms.max(penalty_until.unwrap_or(before_ms));
+    if key.settle_expiry(fresh_at_ms, run.expiry_slack_ms) || penalty_until.is_some() {
+        written(run, key_name);
+    }
+    Ok(())
 }

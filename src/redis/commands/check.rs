@@ -14,6 +14,7 @@ use super::super::replicate::Run;
 use super::super::stats::Counted;
 use super::super::types::Stored;
 use super::request::{respond, Request};
+use crate::algorithms::penalty::{self, Penalizable};
 use crate::algorithms::{Algorithm, Decision, Mode};
 use crate::error::CommandError;
 use crate::parse::{self, IntoTier, Tier};
@@ -21,9 +22,9 @@ use crate::redis_cell::cl_throttle;
 use crate::replay::Command;
 
 /// An algorithm with its own check command.
-pub trait Checked: Algorithm<Params: IntoTier> + Stored + Counted {}
+pub trait Checked: Algorithm<Params: IntoTier> + Stored + Counted + Penalizable {}
 
-impl<A: Algorithm<Params: IntoTier> + Stored + Counted> Checked for A {}
+impl<A: Algorithm<Params: IntoTier> + Stored + Counted + Penalizable> Checked for A {}
 
 /// `RL.<ALGORITHM> key <params> [COST n] [PEEK] [BLOCK ms]`.
 pub unsafe extern "C" fn check_command<A: Checked>(
@@ -85,15 +86,8 @@ pub unsafe extern "C" fn peek_command(
 }
 
 fn peek_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
-    let request = parse::peek(&args.bytes_from(2)).and_then(|(tier, mut options)| {
-        if options.block_ms.is_some() {
-            return Err(CommandError::syntax(
-                "PEEK and BLOCK cannot be given together",
-            ));
-        }
-        options.peek = true;
-        Ok(Request::Check { tier, options })
-    });
+    let request =
+        parse::peek(&args.bytes_from(2)).map(|(tier, options)| Request::Check { tier, options });
     // Nothing changes, so nothing is propagated: the replay named is moot.
     let run = Run::live(ctx, Command::All, 1);
     one_key(&run, args, request)
@@ -111,10 +105,11 @@ macro_rules! apply_tier {
             tier: &Tier,
             cost: u64,
             mode: Mode,
+            penalty_ms: Option<u64>,
         ) -> Result<Decision, CommandError> {
             match *tier {
                 $(Tier::$ty(params) => {
-                    apply::<crate::algorithms::$module::$ty>(run, key_name, params, cost, mode)
+                    apply::<crate::algorithms::$module::$ty>(run, key_name, params, cost, mode, penalty_ms)
                 })*
             }
         }
@@ -123,21 +118,27 @@ macro_rules! apply_tier {
 crate::registry!(apply_tier);
 
 /// One check of one key: load its state, decide, and when a request was
-/// taken store the new state (in place when the algorithm allows). Any
-/// request (not a peek) leaves the key's expiry in its band (see
-/// `crate::replay::next_expiry`), so a key whose expiry was removed or
-/// moved gets it back even from a denial. At `maxmemory`, a request that
-/// would create a key or grow its state is refused with Redis's OOM error;
-/// everything else is decided (see [`out_of_memory`]).
+/// taken store the new state (in place when the algorithm allows). A key
+/// under a penalty denies (see `crate::algorithms::penalty`); a denial given
+/// `penalty_ms` starts one. Any request (not a peek) leaves the key's expiry
+/// in its band after the key is fresh, its penalty included (see
+/// `crate::replay::next_expiry`), so a key whose expiry was removed or moved
+/// gets it back even from a denial. At `maxmemory`, a request that would
+/// create a key or grow its state is refused with Redis's OOM error;
+/// everything else is decided (see [`out_of_memory`]), a penalty's start
+/// included (a few bytes, once per penalty: a denial is worth more than the
+/// OOM error).
 pub fn apply<A: Checked>(
     run: &Run<'_>,
     key_name: KeyName<'_>,
     params: A::Params,
     cost: u64,
     mode: Mode,
+    penalty_ms: Option<u64>,
 ) -> Result<Decision, CommandError> {
     let mut key = Key::open(run.ctx, key_name, mode == Mode::Take);
-    let Some(stored) = key.value::<A>()? else {
+    let Some(held) = key.held::<A>()? else {
+        // A fresh state denies only what can never pass: no penalty.
         let (decision, next) = A::check_with(None, params, run.now_ms, cost, mode);
         if let Some(next) = next {
             out_of_memory(run)?;
@@ -145,20 +146,35 @@ pub fn apply<A: Checked>(
         }
         return Ok(decision);
     };
-    if mode == Mode::Peek {
-        return Ok(stored.check_stored(params, run.now_ms, cost, mode).0);
-    }
-    if stored.grows_with(params, run.now_ms, cost) {
+    if mode == Mode::Take && held.state.grows_with(params, run.now_ms, cost) {
         out_of_memory(run)?;
     }
-    let before_ms = stored.fresh_at_ms();
-    let (decision, changed) = stored.check_stored(params, run.now_ms, cost, mode);
-    let after_ms = if changed {
-        stored.fresh_at_ms()
+    let before_ms = held.fresh_at_ms();
+    let (decision, changed, penalty_until) = penalty::check_stored(
+        held.state,
+        held.until_ms,
+        params,
+        run.now_ms,
+        cost,
+        mode,
+        penalty_ms,
+    );
+    if mode == Mode::Peek {
+        return Ok(decision);
+    }
+    let mut after_ms = if changed {
+        held.fresh_at_ms()
     } else {
         before_ms
     };
-    if key.settle_expiry_moved(before_ms, after_ms, run.expiry_slack_ms) || changed {
+    if let Some(until_ms) = penalty_until {
+        key.penalize::<A>(until_ms, run.now_ms)?;
+        after_ms = after_ms.max(until_ms);
+    }
+    if key.settle_expiry_moved(before_ms, after_ms, run.expiry_slack_ms)
+        || changed
+        || penalty_until.is_some()
+    {
         written(run, key_name);
     }
     Ok(decision)

@@ -66,6 +66,20 @@ const PEEK: Arg = pure_token(
     "PEEK",
     "Answer what would happen now, and change nothing: no key created, no state or TTL changed, nothing replicated.",
 );
+const PENALTY: Arg = string(
+    "penalty",
+    "A denial locks the key for this duration (e.g. 30s, 15m, 1h): until it ends every request is denied, retry_after_ms counting to its end; a denial during it does not extend it. Not with PEEK or BLOCK.",
+)
+.after("PENALTY")
+.optional();
+const SHADOW: Arg = pure_token(
+    "shadow",
+    "SHADOW",
+    "Decide, but never deny: a request that would be denied is answered allowed, takes nothing, and keeps its retry_after_ms (allowed with a wait: would have been denied); counted as _shadow_denied in INFO ratelimit. Not with PEEK or BLOCK.",
+);
+
+/// The options every check command and `RL.ALL` take, in that order.
+const CHECK_OPTIONS: [Arg; 5] = [COST, PEEK, BLOCK, PENALTY, SHADOW];
 
 /// A command whose one key is its first argument.
 fn one_key(name: &str, handler: Handler, flags: &'static CStr, doc: Doc) -> Command {
@@ -87,7 +101,8 @@ fn documented(word: &Word) -> Arg {
     }
 }
 
-/// `RL.<NAME> key <params> [<own options>] [COST n] [PEEK]`.
+/// `RL.<NAME> key <params> [<own options>] [COST n] [PEEK] [BLOCK ms]
+/// [PENALTY duration] [SHADOW]`.
 fn check_command<A: Checked>() -> Command {
     let syntax = <A::Params as Syntax>::PARAMS.iter().map(documented);
     let own = <A::Params as Syntax>::OPTIONS
@@ -96,7 +111,7 @@ fn check_command<A: Checked>() -> Command {
     let mut args = vec![CHECKED_KEY];
     args.extend(syntax);
     args.extend(own);
-    args.extend([COST, PEEK, BLOCK]);
+    args.extend(CHECK_OPTIONS);
     one_key(
         &format!("rl.{}", A::NAME),
         check::check_command::<A>,
@@ -297,10 +312,10 @@ pub fn table() -> Vec<Command> {
                     integer("numkeys", "How many keys follow, and so how many specs."),
                     key("One key per tier, in the order of the specs.").multiple(),
                     arg("spec", ArgKind::String, spec_summary()).multiple(),
-                    COST,
-                    PEEK,
-                    BLOCK,
-                ],
+                ]
+                .into_iter()
+                .chain(CHECK_OPTIONS)
+                .collect(),
             },
         },
     ]);

@@ -116,6 +116,15 @@ impl Request {
         }
     }
 
+    /// `SHADOW`: never answered a denial (see [`Outcome::shadowed`]).
+    pub fn shadow(&self) -> bool {
+        match self {
+            Request::Check { options, .. } => options.shadow,
+            Request::All(all) => all.options.shadow,
+            Request::Throttle(_) | Request::Acquire { .. } => false,
+        }
+    }
+
     /// The command's line in `INFO ratelimit`.
     pub fn counter(&self) -> &'static Counter {
         match self {
@@ -135,15 +144,21 @@ impl Request {
     ) -> Result<Outcome, CommandError> {
         let key = || keys.first().copied().ok_or(CommandError::Arity);
         Ok(match self {
-            Request::Check { tier, options } => {
-                Outcome::Decision(apply_tier(run, key()?, tier, options.cost, mode)?)
-            }
+            Request::Check { tier, options } => Outcome::Decision(apply_tier(
+                run,
+                key()?,
+                tier,
+                options.cost,
+                mode,
+                penalty_of(options),
+            )?),
             Request::Throttle(throttle) => Outcome::Throttle(apply::<Gcra>(
                 run,
                 key()?,
                 throttle.params,
                 throttle.cost,
                 mode,
+                None,
             )?),
             Request::Acquire { args, id, .. } => match mode {
                 Mode::Take => {
@@ -168,6 +183,11 @@ impl Request {
             }
         })
     }
+}
+
+/// The penalty a denial starts: `PENALTY`'s, unless in `SHADOW` mode.
+pub fn penalty_of(options: &CheckOptions) -> Option<u64> {
+    options.penalty_ms.filter(|_| !options.shadow)
 }
 
 fn peek_or_take(options: &CheckOptions) -> Mode {
@@ -223,6 +243,37 @@ impl Outcome {
         }
     }
 
+    /// What a `SHADOW` request is answered: every denial allowed, its wait
+    /// kept (so allowed with a wait means "would have been denied"), a
+    /// leaky bucket's without a delay (it joined no queue). The request
+    /// took nothing: a denial never does.
+    pub fn shadowed(self) -> Outcome {
+        let allow = |d: Decision| Decision { allowed: true, ..d };
+        match self {
+            Outcome::Decision(d) => Outcome::Decision(allow(d)),
+            Outcome::Throttle(d) => Outcome::Throttle(allow(d)),
+            Outcome::Acquired(d, id) => Outcome::Acquired(allow(d), id),
+            Outcome::All(d, tiers) => {
+                Outcome::All(allow(d), tiers.into_iter().map(allow).collect())
+            }
+        }
+    }
+
+    /// The keys whose decision denied: the one key, or `RL.ALL`'s denying
+    /// tiers'.
+    fn denying<'a>(&self, keys: &[KeyName<'a>]) -> Vec<KeyName<'a>> {
+        match self {
+            Outcome::All(_, tiers) => tiers
+                .iter()
+                .zip(keys)
+                .filter(|(tier, _)| !tier.allowed)
+                .map(|(_, key)| *key)
+                .collect(),
+            _ if self.decision().allowed => Vec::new(),
+            _ => keys.first().copied().into_iter().collect(),
+        }
+    }
+
     pub fn reply(&self, ctx: Ctx<'_>) -> Status {
         match self {
             Outcome::Decision(d) => reply_decision(ctx, d),
@@ -261,7 +312,7 @@ pub fn respond(run: &Run<'_>, args: &Args<'_>, request: Request, keys: &[KeyName
         return match request.decide(run, keys, Mode::Peek) {
             Ok(outcome) => {
                 let outcome = outcome.denied(waiters::next_turn_ms(ctx, keys));
-                answer(run, &request, keys, &outcome)
+                answer(run, &request, keys, outcome)
             }
             Err(error) => ctx.reply_error(&error),
         };
@@ -280,33 +331,29 @@ pub fn respond(run: &Run<'_>, args: &Args<'_>, request: Request, keys: &[KeyName
             return waiters::wait(ctx, args, request, keys, block_ms, Some(retry));
         }
     }
-    answer(run, &request, keys, &outcome)
+    answer(run, &request, keys, outcome)
 }
 
 /// Counts a decided request (a peek is not a request), announces a denial
-/// (`deny-events`) on each key that denied, and replies.
-pub fn answer(run: &Run<'_>, request: &Request, keys: &[KeyName<'_>], outcome: &Outcome) -> Status {
-    let decision = outcome.decision();
+/// (`deny-events`) on each key that denied, and replies. A `SHADOW`
+/// request's denial is counted and announced as such, and answered allowed
+/// (see [`Outcome::shadowed`]).
+pub fn answer(run: &Run<'_>, request: &Request, keys: &[KeyName<'_>], outcome: Outcome) -> Status {
+    let shadow = request.shadow();
     if request.mode() == Mode::Take {
-        request.counter().count(decision.allowed);
-        if !decision.allowed {
-            match outcome {
-                Outcome::All(_, tiers) => {
-                    for (tier, key) in tiers.iter().zip(keys) {
-                        if !tier.allowed {
-                            on_denied(run.ctx, *key);
-                        }
-                    }
-                }
-                _ => {
-                    if let Some(key) = keys.first() {
-                        on_denied(run.ctx, *key);
-                    }
-                }
+        let allowed = outcome.decision().allowed;
+        request.counter().count(allowed, shadow);
+        if !allowed {
+            for key in outcome.denying(keys) {
+                on_denied(run.ctx, key, shadow);
             }
         }
     }
-    outcome.reply(run.ctx)
+    if shadow {
+        outcome.shadowed().reply(run.ctx)
+    } else {
+        outcome.reply(run.ctx)
+    }
 }
 
 /// The counter of the algorithm of `tier`, made from the registry.

@@ -1,0 +1,353 @@
+//! Penalties (`PENALTY duration`): a key whose request was denied with the
+//! option is denied everything until the penalty ends, whatever its
+//! algorithm says.
+//!
+//! A penalty is part of the key's state, but only of the keys that have had
+//! one: the state is then a [`Penalized`] value (the algorithm's state and
+//! the moment the penalty ends), stored under a Redis type of its own, so
+//! that the keys that never had a penalty pay not one byte for the feature.
+//! A key keeps its penalized form once its penalty is over (a past end
+//! changes nothing), until it expires.
+
+use super::{Algorithm, Decision, Field, Mode, Registered, State, MAX_TIMESTAMP_MS};
+use crate::encoding::{ensure, put_i64, DecodeError, Reader};
+
+/// The tag that starts a penalized state's encoding; the algorithm's own tag
+/// follows it (see [`Penalized`]'s encoding). Above every registry tag
+/// (checked at compile time in `registry::check`).
+pub const PENALTY_TAG: u8 = 0x50;
+
+/// An algorithm's state with the end of its key's latest penalty.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Penalized<A> {
+    /// When the penalty ends (Unix ms); requests from then on are decided
+    /// by the algorithm again.
+    pub until_ms: i64,
+    pub state: A,
+}
+
+/// An algorithm whose keys can carry a penalty: every algorithm of the
+/// registry (made there), each with the name of its penalized Redis type.
+pub trait Penalizable: Algorithm {
+    /// The Redis type of its penalized states: its own type's name with
+    /// `rp_` for `rl_` (see [`penalized_type_name`]).
+    const PENALIZED_TYPE_NAME: &'static str;
+}
+
+/// `rl_tokbkt` → `rp_tokbkt`: the name of a penalized type, from the
+/// algorithm's (nine characters starting `rl_`, which the registry checks).
+#[allow(clippy::indexing_slicing)]
+pub const fn penalized_type_name(type_name: &str) -> [u8; 9] {
+    let bytes = type_name.as_bytes();
+    assert!(
+        bytes.len() == 9 && bytes[0] == b'r' && bytes[1] == b'l' && bytes[2] == b'_',
+        "a registry type name is nine characters starting rl_"
+    );
+    let mut out = [0u8; 9];
+    let mut i = 0;
+    while i < 9 {
+        out[i] = bytes[i];
+        i += 1;
+    }
+    out[1] = b'p';
+    out
+}
+
+impl<A: Penalizable> Registered for Penalized<A> {
+    const TAG: u8 = PENALTY_TAG;
+    const NAME: &'static str = A::NAME;
+    const TYPE_NAME: &'static str = A::PENALIZED_TYPE_NAME;
+}
+
+impl<A: Penalizable> Penalized<A> {
+    /// The penalty's end, while it lasts at `now_ms`.
+    pub fn in_force(&self, now_ms: i64) -> Option<i64> {
+        in_force(self.until_ms, now_ms)
+    }
+}
+
+/// `until_ms`, when a penalty ending then still lasts at `now_ms`.
+pub fn in_force(until_ms: i64, now_ms: i64) -> Option<i64> {
+    (now_ms < until_ms).then_some(until_ms)
+}
+
+/// Layout: [`PENALTY_TAG`], the algorithm's tag, the penalty's end (i64),
+/// then the algorithm's own body. The algorithm's tag right after the
+/// penalty's lets a reader pick the type from the first two bytes.
+impl<A: Penalizable> State for Penalized<A> {
+    fn fresh_at_ms(&self) -> i64 {
+        self.state.fresh_at_ms().max(self.until_ms)
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.state.heap_bytes()
+    }
+
+    fn describe(&self) -> Vec<(&'static str, Field)> {
+        let mut fields = self.state.describe();
+        fields.push(("penalty_until_ms", Field::Int(self.until_ms)));
+        fields
+    }
+
+    fn encode_body(&self, out: &mut Vec<u8>) {
+        out.push(A::TAG);
+        put_i64(out, self.until_ms);
+        self.state.encode_body(out);
+    }
+
+    fn decode_body(input: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        ensure(
+            input.u8()? == A::TAG,
+            "penalty holds a state of another algorithm",
+        )?;
+        let until_ms = input.i64()?;
+        ensure(
+            (1..=MAX_TIMESTAMP_MS).contains(&until_ms),
+            "penalty end out of range",
+        )?;
+        let state = A::decode_body(input)?;
+        Ok(Self { until_ms, state })
+    }
+}
+
+/// When a penalty of `penalty_ms` that starts at `now_ms` ends.
+pub fn ends_at(now_ms: i64, penalty_ms: u64) -> i64 {
+    let penalty_ms = i64::try_from(penalty_ms).unwrap_or(MAX_TIMESTAMP_MS);
+    now_ms.saturating_add(penalty_ms).min(MAX_TIMESTAMP_MS)
+}
+
+/// Whether a request given `PENALTY` and decided `decision` (in
+/// [`Mode::Take`]) starts a penalty: a denial that could pass later. A
+/// request that can never pass (`COST` above the limit, `retry_after_ms`
+/// -1) says the request is wrong, not that the key went over its limit, so
+/// it does not lock the key.
+pub fn starts(decision: &Decision, mode: Mode) -> bool {
+    mode == Mode::Take && !decision.allowed && decision.retry_after_ms >= 0
+}
+
+/// What a request is told while its key's penalty lasts (until `until_ms`),
+/// given what the algorithm alone would answer (`own`, which takes nothing
+/// during a penalty): denied, nothing remaining, waiting until the penalty
+/// ends or the algorithm's own wait if longer (never stays never); the key
+/// is fresh no sooner than the penalty's end.
+pub fn denied_until(until_ms: i64, now_ms: i64, own: Decision) -> Decision {
+    let left_ms = until_ms.saturating_sub(now_ms).max(1);
+    Decision {
+        allowed: false,
+        remaining: 0,
+        retry_after_ms: if own.retry_after_ms < 0 {
+            -1
+        } else {
+            own.retry_after_ms.max(left_ms)
+        },
+        reset_after_ms: own.reset_after_ms.max(left_ms),
+        delay_ms: None,
+        ..own
+    }
+}
+
+/// One request on a stored `state` whose key's penalty ends at `until_ms`
+/// (if it ever had one), decided at `now_ms`: during the penalty the
+/// algorithm is only asked (nothing is taken, the penalty is not extended);
+/// otherwise it decides, in place (see [`Algorithm::check_stored`]), and a
+/// denial given `penalty_ms` that [`starts`] a penalty is answered as the
+/// penalty's first denial. Returns the decision, whether the state changed,
+/// and the end of the penalty that starts now, if one does.
+pub fn check_stored<A: Algorithm>(
+    state: &mut A,
+    until_ms: Option<i64>,
+    params: A::Params,
+    now_ms: i64,
+    cost: u64,
+    mode: Mode,
+    penalty_ms: Option<u64>,
+) -> (Decision, bool, Option<i64>) {
+    if let Some(until_ms) = until_ms.and_then(|until| in_force(until, now_ms)) {
+        let own = state.check_stored(params, now_ms, cost, Mode::Peek).0;
+        return (denied_until(until_ms, now_ms, own), false, None);
+    }
+    let (decision, changed) = state.check_stored(params, now_ms, cost, mode);
+    match penalty_ms.filter(|_| starts(&decision, mode)) {
+        Some(penalty_ms) => {
+            let until_ms = ends_at(now_ms, penalty_ms);
+            (
+                denied_until(until_ms, now_ms, decision),
+                changed,
+                Some(until_ms),
+            )
+        }
+        None => (decision, changed, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testkit::{decode_body, encode, encode_body};
+    use super::super::token_bucket::{TokenBucket, TokenBucketParams};
+    use super::*;
+
+    fn decision(allowed: bool, remaining: u64, retry: i64, reset: i64) -> Decision {
+        Decision {
+            allowed,
+            limit: 5,
+            remaining,
+            retry_after_ms: retry,
+            reset_after_ms: reset,
+            delay_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_penalty_denies_with_the_longer_of_its_end_and_the_algorithms_wait() {
+        // The algorithm would allow: the penalty's end is the wait.
+        assert_eq!(
+            denied_until(10_000, 4_000, decision(true, 3, 0, 800)),
+            decision(false, 0, 6_000, 6_000)
+        );
+        // The algorithm's own wait is longer: it stands.
+        assert_eq!(
+            denied_until(10_000, 4_000, decision(false, 0, 9_000, 12_000)),
+            decision(false, 0, 9_000, 12_000)
+        );
+        // Never stays never.
+        assert_eq!(
+            denied_until(10_000, 4_000, decision(false, 5, -1, 0)).retry_after_ms,
+            -1
+        );
+        // The last millisecond of a penalty still waits.
+        assert_eq!(
+            denied_until(10_000, 9_999, decision(true, 3, 0, 0)).retry_after_ms,
+            1
+        );
+    }
+
+    #[test]
+    fn only_a_denial_that_could_pass_later_starts_a_penalty() {
+        assert!(starts(&decision(false, 0, 100, 100), Mode::Take));
+        assert!(!starts(&decision(true, 4, 0, 100), Mode::Take));
+        assert!(!starts(&decision(false, 5, -1, 0), Mode::Take));
+        assert!(!starts(&decision(false, 0, 100, 100), Mode::Peek));
+    }
+
+    #[test]
+    fn a_penalty_lasts_until_its_end_exclusive() {
+        assert_eq!(in_force(10_000, 9_999), Some(10_000));
+        assert_eq!(in_force(10_000, 10_000), None);
+        assert_eq!(ends_at(1_000, 3_600_000), 3_601_000);
+        assert_eq!(ends_at(MAX_TIMESTAMP_MS - 1, u64::MAX), MAX_TIMESTAMP_MS);
+    }
+
+    #[test]
+    fn a_penalized_state_round_trips_and_refuses_what_it_could_not_have_written() {
+        let params = TokenBucketParams {
+            capacity: 5,
+            rate_per_s: 1.0,
+        };
+        let penalized = Penalized {
+            until_ms: 90_000,
+            state: TokenBucket::fresh(params, 1_000),
+        };
+        let body = encode_body(&penalized);
+        assert_eq!(
+            decode_body::<Penalized<TokenBucket>>(&body),
+            Ok(penalized.clone())
+        );
+        let full = encode(&penalized);
+        assert_eq!(&full[..2], &[PENALTY_TAG, TokenBucket::TAG]);
+        // The fresh moment is the penalty's end when that is later.
+        assert_eq!(penalized.fresh_at_ms(), 90_000);
+
+        let mut other = body.clone();
+        other[0] = TokenBucket::TAG + 1;
+        assert!(decode_body::<Penalized<TokenBucket>>(&other).is_err());
+        for bad_end in [0_i64, -5, MAX_TIMESTAMP_MS + 1] {
+            let mut bad = body.clone();
+            bad[1..9].copy_from_slice(&bad_end.to_le_bytes());
+            assert!(
+                decode_body::<Penalized<TokenBucket>>(&bad).is_err(),
+                "{bad_end}"
+            );
+        }
+        assert!(decode_body::<Penalized<TokenBucket>>(&body[..body.len() - 1]).is_err());
+    }
+
+    /// A key of a bucket of 2 tokens and 1 token/s, with its penalty.
+    struct Login {
+        state: TokenBucket,
+        until_ms: Option<i64>,
+    }
+
+    impl Login {
+        fn request(&mut self, now_ms: i64, penalty_ms: Option<u64>) -> Decision {
+            let params = TokenBucketParams {
+                capacity: 2,
+                rate_per_s: 1.0,
+            };
+            let (decision, _, started) = check_stored(
+                &mut self.state,
+                self.until_ms,
+                params,
+                now_ms,
+                1,
+                Mode::Take,
+                penalty_ms,
+            );
+            if started.is_some() {
+                self.until_ms = started;
+            }
+            decision
+        }
+    }
+
+    #[test]
+    fn a_denial_with_a_penalty_locks_the_key_until_the_penalty_ends_and_no_longer() {
+        let params = TokenBucketParams {
+            capacity: 2,
+            rate_per_s: 1.0,
+        };
+        let mut key = Login {
+            state: TokenBucket::fresh(params, 0),
+            until_ms: None,
+        };
+        assert!(key.request(0, Some(60_000)).allowed);
+        assert!(key.request(0, Some(60_000)).allowed);
+        let first = key.request(0, Some(60_000));
+        assert_eq!((first.allowed, first.retry_after_ms), (false, 60_000));
+        assert_eq!(key.until_ms, Some(60_000));
+        // The bucket is full again long before the penalty ends; denied
+        // anyway, and a denial during the penalty does not extend it.
+        let during = key.request(30_000, Some(60_000));
+        assert_eq!(
+            (during.allowed, during.remaining, during.retry_after_ms),
+            (false, 0, 30_000)
+        );
+        assert_eq!(key.until_ms, Some(60_000));
+        // Requests without the option are denied as well.
+        assert!(!key.request(59_999, None).allowed);
+        // From the penalty's end the algorithm decides again, and took
+        // nothing during it.
+        let after = key.request(60_000, None);
+        assert_eq!((after.allowed, after.remaining), (true, 1));
+    }
+
+    #[test]
+    fn a_request_without_the_option_never_starts_a_penalty() {
+        let params = TokenBucketParams {
+            capacity: 1,
+            rate_per_s: 1.0,
+        };
+        let mut key = Login {
+            state: TokenBucket::fresh(params, 0),
+            until_ms: None,
+        };
+        key.request(0, None);
+        let denied = key.request(0, None);
+        assert!(!denied.allowed);
+        assert_eq!(key.until_ms, None);
+    }
+
+    #[test]
+    fn type_names_change_only_their_second_letter() {
+        assert_eq!(&penalized_type_name("rl_tokbkt"), b"rp_tokbkt");
+    }
+}
