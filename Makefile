@@ -63,9 +63,13 @@ test-valkey: build-debug
 soak: build
 	RL_MODULE=$(MODULE_RELEASE) cargo test --release --test soak -- --ignored --nocapture
 
+# The fuzz targets too (built on stable here; `make fuzz` runs them on
+# nightly), so that they keep up with the code they drive.
 lint:
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
+	cargo fmt --check --manifest-path fuzz/Cargo.toml
+	cargo clippy --manifest-path fuzz/Cargo.toml --bins -- -D warnings
 
 # The accuracy study: rewrites docs/accuracy.md and the charts in
 # docs/accuracy/ (pure Rust, no server needed; about a minute).

@@ -19,12 +19,20 @@ use common::{
 };
 use libfuzzer_sys::arbitrary::Unstructured;
 use libfuzzer_sys::fuzz_target;
-use redis_ratelimit::algorithms::Mode;
+use redis_ratelimit::algorithms::penalty::{self, Penalized, PENALTY_TAG};
+use redis_ratelimit::algorithms::{Mode, State};
 
 fuzz_target!(|data: &[u8]| {
     let (state, rest) = split_state(data);
-    if let Some(&tag) = state.first() {
-        on_tag(tag, Decoded { state, rest });
+    match *state {
+        // A penalized state: the algorithm's tag follows the penalty's.
+        [PENALTY_TAG, tag, ..] => {
+            on_tag(tag, DecodedPenalized { state, rest });
+        }
+        [tag, ..] => {
+            on_tag(tag, Decoded { state, rest });
+        }
+        [] => {}
     }
 });
 
@@ -85,5 +93,98 @@ impl Visitor for Decoded<'_> {
             decoded.check_storable("decoded");
             S::run(Some(decoded), Unstructured::new(self.rest));
         }
+    }
+}
+
+/// A penalized state's bytes (see `redis_ratelimit::algorithms::penalty`),
+/// and the bytes that drive the checks after it.
+struct DecodedPenalized<'a> {
+    state: &'a [u8],
+    rest: &'a [u8],
+}
+
+impl Visitor for DecodedPenalized<'_> {
+    type Out = ();
+
+    /// As for a plain state, through the penalty's own check: while the
+    /// penalty lasts every request is denied, nothing taken, the wait at
+    /// least what is left of it (or never); a denial given a penalty starts
+    /// one only outside a penalty.
+    fn algorithm<A: Fuzzed>(self) {
+        let Ok(decoded) = Penalized::<A>::decode(self.state) else {
+            return;
+        };
+        assert_eq!(
+            encode(&decoded),
+            self.state,
+            "decoding accepts only what encoding writes"
+        );
+        check_storable(&decoded.state, "decoded under a penalty");
+        let Penalized {
+            mut until_ms,
+            mut state,
+        } = decoded;
+        let params = state.params();
+        let profile = profile::<A>(params);
+        let mut u = Unstructured::new(self.rest);
+        let mut now = state.last_seen_ms();
+        for _ in 0..16 {
+            let mode = if u.ratio(1, 4).unwrap_or(false) {
+                Mode::Peek
+            } else {
+                Mode::Take
+            };
+            let cost = cost(&mut u, &profile, mode);
+            let penalty_ms = u
+                .ratio(1, 2)
+                .unwrap_or(false)
+                .then(|| u.int_in_range(1..=366 * 86_400_000).unwrap_or(1));
+            now = advance(now, step_ms(&mut u, profile.scale_ms));
+            let before = state.clone();
+            let (d, changed, started) = penalty::check_stored(
+                &mut state,
+                Some(until_ms),
+                params,
+                now,
+                cost,
+                mode,
+                penalty_ms,
+            );
+            check_decision(&d, &profile, cost, "check under a penalty");
+            if now < until_ms {
+                assert!(
+                    !d.allowed && d.remaining == 0,
+                    "allowed in a penalty: {d:?}"
+                );
+                assert!(
+                    d.retry_after_ms < 0 || d.retry_after_ms >= until_ms - now,
+                    "a wait shorter than the penalty: {d:?}"
+                );
+                assert!(
+                    !changed && started.is_none(),
+                    "a penalty changed or extended"
+                );
+                assert_eq!(encode(&state), encode(&before), "taken in a penalty");
+            }
+            if let Some(started) = started {
+                assert!(
+                    started > now && started >= until_ms,
+                    "{started} {until_ms} {now}"
+                );
+                until_ms = started;
+            }
+            check_storable(&state, "under a penalty");
+            if u.is_empty() {
+                break;
+            }
+        }
+    }
+
+    fn other<S: Other>(self) {
+        // Only algorithms carry penalties: nothing else decodes.
+        assert!(
+            redis_ratelimit::algorithms::concurrency::Leases::decode(self.state).is_err(),
+            "a penalized state of a non-algorithm decoded"
+        );
     }
 }

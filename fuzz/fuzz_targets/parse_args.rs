@@ -120,7 +120,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(a.tiers.len(), numkeys);
             check_all(&a);
         }),
-        Parser::Acquire => checked(parse::acquire(args), |p, id| {
+        Parser::Acquire => checked(parse::acquire(args).map(|a| (a.params, a.id)), |p, id| {
             assert!((1..=MAX_AMOUNT).contains(&p.limit));
             assert!((1..=MAX_DURATION_MS).contains(&p.lease_ms));
             let id = id.unwrap_or_else(|| b"drawn".to_vec());
@@ -255,6 +255,14 @@ impl TierVisitor for Once {
 
 fn check_options_in_range(o: &CheckOptions) {
     assert!((1..=MAX_AMOUNT).contains(&o.cost), "{o:?}");
+    if let Some(penalty_ms) = o.penalty_ms {
+        assert!((1..=MAX_DURATION_MS).contains(&penalty_ms), "{o:?}");
+    }
+    // Options that contradict each other are never accepted together.
+    let block = o.block_ms.is_some();
+    let penalty = o.penalty_ms.is_some();
+    assert!(!(o.peek && (block || penalty || o.shadow)), "{o:?}");
+    assert!(!(block && (penalty || o.shadow)), "{o:?}");
 }
 
 /// A command with these parameters and options on a fresh key, at a common

@@ -22,6 +22,7 @@
 use std::any::TypeId;
 
 use libfuzzer_sys::arbitrary::Unstructured;
+use redis_ratelimit::algorithms::penalty::Penalizable;
 use redis_ratelimit::algorithms::{
     Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS,
 };
@@ -32,9 +33,9 @@ use redis_ratelimit::redis_cell::ClThrottleArgs;
 
 /// A rate-limiting algorithm as the fuzz targets drive it: any algorithm
 /// (the registry's `algorithms`), nothing to write for it.
-pub trait Fuzzed: Algorithm<Params: 'static> + std::fmt::Debug + 'static {}
+pub trait Fuzzed: Algorithm<Params: 'static> + Penalizable + std::fmt::Debug + 'static {}
 
-impl<A: Algorithm<Params: 'static> + std::fmt::Debug + 'static> Fuzzed for A {}
+impl<A: Algorithm<Params: 'static> + Penalizable + std::fmt::Debug + 'static> Fuzzed for A {}
 
 /// A stored type of the registry that is not an algorithm (its `others`):
 /// it has operations of its own, so the targets need to be told how to
@@ -222,7 +223,10 @@ pub fn duration_word(u: &mut Unstructured<'_>) -> String {
         (1000, "s"),
         (1000, ""),
     ];
-    let exact: Vec<(u64, &str)> = units.into_iter().filter(|(n, _)| ms % n == 0).collect();
+    let exact: Vec<(u64, &str)> = units
+        .into_iter()
+        .filter(|(n, _)| ms.is_multiple_of(*n))
+        .collect();
     let word = match u.choose_index(exact.len() + 2).unwrap_or(0) {
         i if i < exact.len() => format!("{}{}", ms / exact[i].0, exact[i].1),
         i if i == exact.len() => format!("{}.{:03}", ms / 1000, ms % 1000),
