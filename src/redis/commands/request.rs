@@ -14,6 +14,7 @@ use super::super::waiters;
 use super::all::all;
 use super::check::{apply, apply_tier, reply_decision, reply_five_then};
 use super::leases::acquire;
+use super::top;
 use crate::algorithms::concurrency::Leases;
 use crate::algorithms::gcra::Gcra;
 use crate::algorithms::{Decision, Mode};
@@ -284,7 +285,8 @@ pub fn respond(run: &Run<'_>, args: &Args<'_>, request: Request, keys: &[KeyName
 }
 
 /// Counts a decided request (a peek is not a request), announces a denial
-/// (`deny-events`) on each key that denied, and replies.
+/// (`deny-events`) on each key that denied and counts it for `RL.TOP`, and
+/// replies.
 pub fn answer(run: &Run<'_>, request: &Request, keys: &[KeyName<'_>], outcome: &Outcome) -> Status {
     let decision = outcome.decision();
     if request.mode() == Mode::Take {
@@ -295,12 +297,14 @@ pub fn answer(run: &Run<'_>, request: &Request, keys: &[KeyName<'_>], outcome: &
                     for (tier, key) in tiers.iter().zip(keys) {
                         if !tier.allowed {
                             on_denied(run.ctx, *key);
+                            top::denied(*key);
                         }
                     }
                 }
                 _ => {
                     if let Some(key) = keys.first() {
                         on_denied(run.ctx, *key);
+                        top::denied(*key);
                     }
                 }
             }
