@@ -27,6 +27,8 @@ mod redis;
 pub mod redis_cell;
 #[deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
 pub mod replay;
+#[deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
+pub mod top;
 
 #[cfg(not(test))]
 use redis::init;

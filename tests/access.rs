@@ -186,6 +186,10 @@ fn the_app_user_runs_every_check_not_setstate_and_a_replica_linked_as_repl_follo
         run(&mut con, &["RL.INFO", "rl:tb"]).unwrap(),
         redis::Value::Nil
     );
+    match run(&mut con, &["RL.TOP"]).unwrap() {
+        redis::Value::Array(listed) => assert!(!listed.is_empty(), "no denial listed"),
+        other => panic!("RL.TOP replied {other:?}"),
+    }
 
     // Denied: the state setter, the replays, and whatever else would reset
     // a limit.

@@ -171,6 +171,7 @@ fn every_command_of_the_module_is_documented_with_summary_since_complexity_and_a
         "rl.acquire",
         "rl.release",
         "rl.info",
+        "rl.top",
     ]
     .map(String::from);
     for expected in check_commands.chain(others) {
@@ -273,6 +274,29 @@ fn cl_throttle_documents_redis_cells_arguments_with_an_optional_quantity() {
             ("quantity", "integer", "", "optional"),
         ])
     );
+}
+
+#[test]
+fn rl_top_documents_its_optional_words_and_declares_no_key() {
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    assert_eq!(
+        arguments(&docs(&mut con, "rl.top")),
+        owned(&[
+            ("count", "integer", "", "optional"),
+            ("witherror", "pure-token", "WITHERROR", "optional"),
+            ("reset", "pure-token", "RESET", "optional"),
+        ])
+    );
+    let info = info(&mut con, "rl.top");
+    assert_eq!(text(&info[1]), "-1", "arity");
+    assert_eq!(words(&info[2]), ["readonly", "module", "loading", "stale"]);
+    assert_eq!(
+        [text(&info[3]), text(&info[4]), text(&info[5])],
+        ["0", "0", "0"],
+        "first key, last key, step"
+    );
+    assert!(items(&info[8]).is_empty(), "key specs: {:?}", info[8]);
 }
 
 #[test]

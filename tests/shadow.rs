@@ -84,10 +84,10 @@ fn shadow_with_a_penalty_starts_none_but_a_key_under_one_is_shadow_denied() {
     assert_eq!(ty, "rl_fixwin", "no penalty in shadow mode");
 
     // A key another request locked: the shadow request reports the lock.
-    let lock = ["RL.TOKENBUCKET", "t", "1", "1000", "PENALTY", "1h"];
+    let lock = ["RL.TOKENBUCKET", "t", "1", "0.1", "PENALTY", "1h"];
     check(&mut con, &lock);
     assert_eq!(check(&mut con, &lock)[0], 0);
-    let r = check(&mut con, &["RL.TOKENBUCKET", "t", "1", "1000", "SHADOW"]);
+    let r = check(&mut con, &["RL.TOKENBUCKET", "t", "1", "0.1", "SHADOW"]);
     assert_eq!(r[0], 1);
     assert!(r[3] > 3_500_000, "the penalty's wait: {r:?}");
 }
@@ -132,4 +132,18 @@ fn all_in_shadow_mode_allows_every_tier_and_keeps_the_waits() {
     assert_eq!(count(&mut con, "all_allowed"), 1);
     assert_eq!(count(&mut con, "all_shadow_denied"), 1);
     assert_eq!(count(&mut con, "all_denied"), 0);
+}
+
+#[test]
+fn a_shadow_denial_is_not_a_denial_to_rl_top() {
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    for _ in 0..3 {
+        check(&mut con, &["RL.FIXEDWINDOW", "k", "1", "1h", "SHADOW"]);
+    }
+    let top: Vec<Value> = redis::cmd("RL.TOP").query(&mut con).unwrap();
+    assert!(top.is_empty(), "{top:?}");
+    check(&mut con, &["RL.FIXEDWINDOW", "k", "1", "1h"]);
+    let top: Vec<(String, i64)> = redis::cmd("RL.TOP").query(&mut con).unwrap();
+    assert_eq!(top, [("k".to_string(), 1)]);
 }

@@ -57,7 +57,15 @@ pub enum KeyPosition {
     /// `numkeys key [key ...]` right after the command name: argument 1 says
     /// how many keys follow it.
     CountedAfterNumkeys,
+    /// No key at all (`RL.TOP`): the command reads module state only.
+    NoKeys,
 }
+
+/// The key spec of a command that takes no key: it declares none.
+pub const NO_KEYS: KeySpec = KeySpec {
+    position: KeyPosition::NoKeys,
+    flags: 0,
+};
 
 /// One argument (or option) of a command.
 #[derive(Clone, Copy)]
@@ -160,7 +168,8 @@ pub fn document(ctx: *mut raw::RedisModuleCtx, name: &CString, doc: &Doc) -> Res
     let complexity = strings.c(doc.complexity);
     let since = strings.c(doc.since);
     let mut args = CArgs::new(&doc.args, &strings);
-    let mut key_specs = [c_key_spec(&doc.keys), END_OF_KEY_SPECS];
+    let mut key_specs: Vec<_> = c_key_spec(&doc.keys).into_iter().collect();
+    key_specs.push(END_OF_KEY_SPECS);
     let info = raw::RedisModuleCommandInfo {
         version: &INFO_VERSION,
         summary,
@@ -229,7 +238,8 @@ fn arity(args: &[Arg]) -> c_int {
     }
 }
 
-fn c_key_spec(keys: &KeySpec) -> raw::RedisModuleCommandKeySpec {
+/// The key spec as Redis reads it; none for a command without keys.
+fn c_key_spec(keys: &KeySpec) -> Option<raw::RedisModuleCommandKeySpec> {
     use raw::{
         RedisModuleCommandKeySpec__bindgen_ty_1 as BeginSearch,
         RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 as Index,
@@ -262,8 +272,9 @@ fn c_key_spec(keys: &KeySpec) -> raw::RedisModuleCommandKeySpec {
                 },
             },
         ),
+        KeyPosition::NoKeys => return None,
     };
-    raw::RedisModuleCommandKeySpec {
+    Some(raw::RedisModuleCommandKeySpec {
         notes: null(),
         flags: u64::from(keys.flags),
         begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
@@ -272,7 +283,7 @@ fn c_key_spec(keys: &KeySpec) -> raw::RedisModuleCommandKeySpec {
         },
         find_keys_type,
         fk,
-    }
+    })
 }
 
 /// The zeroed entry that ends a key-spec array (`begin_search_type` 0).
@@ -328,7 +339,8 @@ fn c_arg(arg: &Arg, strings: &Strings) -> raw::RedisModuleCommandArg {
     raw::RedisModuleCommandArg {
         name: strings.c(arg.name),
         type_,
-        // Every command here has one key spec: keys refer to it (index 0).
+        // Every command here has at most one key spec: keys refer to it
+        // (index 0).
         key_spec_index: if arg.kind == ArgKind::Key { 0 } else { -1 },
         token: arg.token.map_or(null(), |t| strings.c(t)),
         summary: strings.c(arg.summary),

@@ -19,6 +19,9 @@
 //!   holds the server for its whole run, 1-3 us a key (9-16 us for 8 KB
 //!   states; `scripts/rl_all_cost.py`), so 10,000 keys stall every other
 //!   client for 13-137 ms. The default bounds a call near 0.2 ms.
+//! - `top-keys` (0 to 100000, default 1000): the slots of `RL.TOP`'s sketch
+//!   of the keys denied most (`super::commands::top`); 0 turns it off. A
+//!   change starts the counts over, at once (see `top::resize`).
 
 use std::ffi::{c_char, c_int, c_longlong, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
@@ -31,9 +34,16 @@ use crate::replay::MAX_EXPIRY_SLACK_MS;
 static DENY_EVENTS: AtomicBool = AtomicBool::new(false);
 static EXPIRY_SLACK_MS: AtomicI64 = AtomicI64::new(DEFAULT_EXPIRY_SLACK_MS);
 static MAX_KEYS: AtomicI64 = AtomicI64::new(DEFAULT_MAX_KEYS);
+static TOP_KEYS: AtomicI64 = AtomicI64::new(DEFAULT_TOP_KEYS);
 
 const DEFAULT_EXPIRY_SLACK_MS: i64 = 1000;
 const DEFAULT_MAX_KEYS: i64 = 100;
+const DEFAULT_TOP_KEYS: i64 = 1000;
+/// `RL.TOP`'s sketch takes 110-170 bytes a slot besides the key's name
+/// (README, "Memory"), so 100,000 slots hold ~15 MB with 16-byte names, and
+/// one reply listing them all holds the server ~60 ms. More would make that
+/// stall longer for a bound (N / m) already far below any heavy hitter's count.
+const MAX_TOP_KEYS: i64 = 100_000;
 
 /// The expiry slack now in force, in ms.
 pub fn expiry_slack_ms() -> u32 {
@@ -43,6 +53,11 @@ pub fn expiry_slack_ms() -> u32 {
 /// The most keys one `RL.ALL` may name now.
 pub fn max_keys() -> usize {
     usize::try_from(MAX_KEYS.load(Relaxed)).unwrap_or(1)
+}
+
+/// The slots of `RL.TOP`'s sketch now.
+pub fn top_keys() -> u32 {
+    u32::try_from(TOP_KEYS.load(Relaxed)).unwrap_or(0)
 }
 
 /// One setting and where its value lives.
@@ -58,10 +73,13 @@ enum Setting {
         default: i64,
         min: i64,
         max: i64,
+        /// Called after each new value is stored (it reads the value from
+        /// `value`), from `CONFIG SET`, redis.conf or `loadmodule`.
+        on_set: Option<fn()>,
     },
 }
 
-const SETTINGS: &[Setting] = &[
+static SETTINGS: &[Setting] = &[
     Setting::YesNo {
         name: c"deny-events",
         value: &DENY_EVENTS,
@@ -73,6 +91,7 @@ const SETTINGS: &[Setting] = &[
         default: DEFAULT_EXPIRY_SLACK_MS,
         min: 0,
         max: MAX_EXPIRY_SLACK_MS as i64,
+        on_set: None,
     },
     Setting::Number {
         name: c"max-keys",
@@ -80,6 +99,15 @@ const SETTINGS: &[Setting] = &[
         default: DEFAULT_MAX_KEYS,
         min: 1,
         max: 1_000_000,
+        on_set: None,
+    },
+    Setting::Number {
+        name: c"top-keys",
+        value: &TOP_KEYS,
+        default: DEFAULT_TOP_KEYS,
+        min: 0,
+        max: MAX_TOP_KEYS,
+        on_set: Some(super::commands::top::resize),
     },
 ];
 
@@ -104,25 +132,35 @@ impl Setting {
                 };
                 value.store(yes, Relaxed);
             }
-            Setting::Number {
-                value, min, max, ..
-            } => {
+            Setting::Number { min, max, .. } => {
                 let number = std::str::from_utf8(text)
                     .ok()
                     .and_then(|t| t.parse::<i64>().ok())
                     .filter(|n| (*min..=*max).contains(n))
                     .ok_or_else(|| format!("{name} must be a whole number from {min} to {max}"))?;
-                value.store(number, Relaxed);
+                self.set_number(number);
             }
         }
         Ok(())
     }
 
-    fn register(&self, ctx: *mut raw::RedisModuleCtx) -> c_int {
+    /// Stores a number already checked against the bounds, and tells the
+    /// setting's `on_set`.
+    fn set_number(&self, number: i64) {
+        if let Setting::Number { value, on_set, .. } = self {
+            value.store(number, Relaxed);
+            if let Some(on_set) = on_set {
+                on_set();
+            }
+        }
+    }
+
+    fn register(&'static self, ctx: *mut raw::RedisModuleCtx) -> c_int {
         match self {
             // SAFETY (both arms): `ctx` is the loading context; the name is a
             // static C string; `privdata` points to a static that outlives
-            // the module, of the type the callbacks read.
+            // the module, of the type the callbacks read (the flag itself;
+            // the whole `Setting` for a number, whose `on_set` they call).
             Setting::YesNo {
                 name,
                 value,
@@ -141,10 +179,10 @@ impl Setting {
             },
             Setting::Number {
                 name,
-                value,
                 default,
                 min,
                 max,
+                ..
             } => unsafe {
                 rm!(RedisModule_RegisterNumericConfig)(
                     ctx,
@@ -156,7 +194,7 @@ impl Setting {
                     Some(get_number),
                     Some(set_number),
                     None,
-                    std::ptr::from_ref(*value).cast_mut().cast(),
+                    std::ptr::from_ref(self).cast_mut().cast(),
                 )
             },
         }
@@ -182,9 +220,11 @@ unsafe extern "C" fn set_bool(
 }
 
 unsafe extern "C" fn get_number(_name: *const c_char, privdata: *mut c_void) -> c_longlong {
-    // SAFETY: `privdata` is the `&'static AtomicI64` given at registration.
-    let number = unsafe { &*privdata.cast::<AtomicI64>() };
-    number.load(Relaxed)
+    // SAFETY: `privdata` is the `&'static Setting` given at registration.
+    match unsafe { &*privdata.cast::<Setting>() } {
+        Setting::Number { value, .. } => value.load(Relaxed),
+        Setting::YesNo { .. } => 0,
+    }
 }
 
 /// Redis checks the bounds given at registration before calling this.
@@ -195,8 +235,8 @@ unsafe extern "C" fn set_number(
     _err: *mut *mut raw::RedisModuleString,
 ) -> c_int {
     // SAFETY: as in `get_number`.
-    let number = unsafe { &*privdata.cast::<AtomicI64>() };
-    number.store(value, Relaxed);
+    let setting = unsafe { &*privdata.cast::<Setting>() };
+    setting.set_number(value);
     raw::REDISMODULE_OK as c_int
 }
 

@@ -1,6 +1,7 @@
 //! `INFO ratelimit`: how many requests each command allowed and denied since
 //! the server started, and (for the commands that take `SHADOW`) how many it
-//! would have denied in shadow mode. Peeks and errors are not counted.
+//! would have denied in shadow mode (peeks and errors are not counted),
+//! clients waiting (`BLOCK`), and what `RL.TOP`'s sketch holds.
 //!
 //! Commands run on Redis's main thread only, so a counter is a relaxed load
 //! and store, not a locked read-modify-write: counting costs next to nothing
@@ -107,6 +108,7 @@ pub unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_repo
     // SAFETY: `ctx` is the INFO context Redis passes; a null section name
     // means the module's own section.
     unsafe { rm!(RedisModule_InfoAddSection)(ctx, std::ptr::null()) };
+    let (top_tracked, top_counted) = super::commands::top::info_numbers();
     for (field, value) in [
         (
             c"blocked_clients",
@@ -120,6 +122,8 @@ pub unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_repo
             c"waits_timed_out",
             super::waiters::WAITS_TIMED_OUT.load(Relaxed),
         ),
+        (c"top_keys_tracked", top_tracked),
+        (c"top_denials_counted", top_counted),
     ] {
         // SAFETY: `ctx` is the INFO context; `field` is a static C string.
         unsafe { rm!(RedisModule_InfoAddFieldULongLong)(ctx, field.as_ptr(), value) };

@@ -33,6 +33,8 @@ use redis_module::raw;
 
 use super::api::{now_ms, rm, Args, Ctx, KeyName, Status};
 use super::commands::request::{answer, Outcome, Request};
+use super::commands::top;
+use super::config::on_denied;
 use super::replicate::Run;
 use crate::algorithms::Mode;
 use crate::error::CommandError;
@@ -323,8 +325,13 @@ fn serve(ctx: Ctx<'_>, db: c_int, key: &[u8]) {
                 }
             }
             Ok(outcome) if outcome.decision().retry_after_ms < 0 => {
-                // Changed parameters made it impossible: answered now.
+                // Changed parameters made it impossible: answered now, a
+                // denial like any other.
                 waiter.request.counter().count(false, false);
+                for key in outcome.denying(&names.key_names()) {
+                    on_denied(ctx, key, false);
+                    top::denied(key);
+                }
                 finish(&waiter, Ok(outcome));
             }
             Ok(outcome) => {

@@ -9,6 +9,7 @@ mod check;
 mod leases;
 pub mod request;
 mod state;
+pub mod top;
 
 use std::ffi::{c_int, CStr, CString};
 
@@ -319,6 +320,7 @@ pub fn table() -> Vec<Command> {
             },
         },
     ]);
+    table.push(top::command());
     table
 }
 

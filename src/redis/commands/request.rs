@@ -14,6 +14,7 @@ use super::super::waiters;
 use super::all::all;
 use super::check::{apply, apply_tier, reply_decision, reply_five_then};
 use super::leases::acquire;
+use super::top;
 use crate::algorithms::concurrency::Leases;
 use crate::algorithms::gcra::Gcra;
 use crate::algorithms::{Decision, Mode};
@@ -261,7 +262,7 @@ impl Outcome {
 
     /// The keys whose decision denied: the one key, or `RL.ALL`'s denying
     /// tiers'.
-    fn denying<'a>(&self, keys: &[KeyName<'a>]) -> Vec<KeyName<'a>> {
+    pub fn denying<'a>(&self, keys: &[KeyName<'a>]) -> Vec<KeyName<'a>> {
         match self {
             Outcome::All(_, tiers) => tiers
                 .iter()
@@ -335,9 +336,10 @@ pub fn respond(run: &Run<'_>, args: &Args<'_>, request: Request, keys: &[KeyName
 }
 
 /// Counts a decided request (a peek is not a request), announces a denial
-/// (`deny-events`) on each key that denied, and replies. A `SHADOW`
-/// request's denial is counted and announced as such, and answered allowed
-/// (see [`Outcome::shadowed`]).
+/// (`deny-events`) on each key that denied and counts it for `RL.TOP`, and
+/// replies. A `SHADOW` request's denial is counted and announced as such
+/// (not for `RL.TOP`: nothing was denied), and answered allowed (see
+/// [`Outcome::shadowed`]).
 pub fn answer(run: &Run<'_>, request: &Request, keys: &[KeyName<'_>], outcome: Outcome) -> Status {
     let shadow = request.shadow();
     if request.mode() == Mode::Take {
@@ -346,6 +348,9 @@ pub fn answer(run: &Run<'_>, request: &Request, keys: &[KeyName<'_>], outcome: O
         if !allowed {
             for key in outcome.denying(keys) {
                 on_denied(run.ctx, key, shadow);
+                if !shadow {
+                    top::denied(key);
+                }
             }
         }
     }
