@@ -32,7 +32,11 @@ impl Pace {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Packed to 8-byte alignment: an `i128` aligns to 16, which would pad the
+/// schedule to 32 bytes and every GCRA state by 16 (measured: `MEMORY
+/// USAGE` 96 B against 80). Fields are read and written by value only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, packed(8))]
 pub(crate) struct Schedule {
     /// When everything taken is paid off (Unix ns), in
     /// `updated_ms..=updated_ms + span` once brought up to date.
@@ -140,7 +144,7 @@ impl Schedule {
         )?;
         let updated_ns = ms_to_ns(self.updated_ms);
         ensure(
-            (updated_ns..=updated_ns.saturating_add(pace.span_ns())).contains(&self.due_ns),
+            (updated_ns..=updated_ns.saturating_add(pace.span_ns())).contains(&{ self.due_ns }),
             what,
         )
     }
