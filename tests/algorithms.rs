@@ -389,6 +389,21 @@ fn memory_per_key_of_every_type() {
         let key = format!("k:{i}");
         check(&mut con, &words(cmd, &key, params, &[]));
         report.push(format!("{cmd}: {} B", usage(&mut con, &key)));
+        // Its penalized form (PENALTY) next to the same state without:
+        // 8 bytes more, which may round up to the allocator's next size.
+        let (drained, locked) = (format!("d:{i}"), format!("p:{i}"));
+        for _ in 0..6 {
+            check(&mut con, &words(cmd, &drained, params, &[]));
+            check(&mut con, &words(cmd, &locked, params, &["PENALTY", "1h"]));
+        }
+        let (plain, penalized) = (usage(&mut con, &drained), usage(&mut con, &locked));
+        report.push(format!(
+            "{cmd}, drained: {plain} B, under a penalty: {penalized} B"
+        ));
+        assert!(
+            (plain..=plain + 16).contains(&penalized),
+            "{cmd}: {plain} B, penalized {penalized} B"
+        );
     }
     // The sliding log at limit 1000, full: 1000 requests at distinct times.
     for _ in 0..1000 {
