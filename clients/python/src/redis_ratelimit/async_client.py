@@ -45,11 +45,17 @@ class AsyncRateLimiter:
     async def run(self, command: Command[T]) -> T:
         """Sends `command`; an error reply raises the matching exception
         of `redis_ratelimit.errors`."""
+        commands.check_block(command, self._socket_timeout())
         try:
             reply = await self.redis.execute_command(*command.words)
         except ResponseError as error:
             raise translate(error, command.name) from error
         return command.parse(reply)
+
+    def _socket_timeout(self) -> float | None:
+        """The connections' ``socket_timeout`` in seconds (None: none)."""
+        timeout = self.redis.get_connection_kwargs().get("socket_timeout")
+        return None if timeout is None else float(timeout)
 
     async def check(self, key: Key, limit: Limit, **options: Unpack[CheckOptions]) -> Decision:
         """Checks `key` against `limit` (any algorithm)."""
@@ -114,11 +120,18 @@ class AsyncRateLimiter:
         return await self.run(commands.check_all(tiers, **options))
 
     async def acquire(
-        self, key: Key, limit: int, lease: Duration, *, lease_id: str | None = None
+        self,
+        key: Key,
+        limit: int,
+        lease: Duration,
+        *,
+        lease_id: str | None = None,
+        block: Duration | None = None,
     ) -> Lease:
         """``RL.ACQUIRE``: one of `limit` slots for at most `lease`; give
-        ``lease.id`` to `release`."""
-        return await self.run(commands.acquire(key, limit, lease, lease_id))
+        ``lease.id`` to `release`. `block`: wait on the server for a free
+        slot, at most that long (``math.inf``: no limit)."""
+        return await self.run(commands.acquire(key, limit, lease, lease_id, block))
 
     async def release(self, key: Key, lease_id: str) -> bool:
         """``RL.RELEASE``: True if `lease_id` held a live lease."""
@@ -126,12 +139,19 @@ class AsyncRateLimiter:
 
     @asynccontextmanager
     async def hold(
-        self, key: Key, limit: int, lease: Duration, *, lease_id: str | None = None
+        self,
+        key: Key,
+        limit: int,
+        lease: Duration,
+        *,
+        lease_id: str | None = None,
+        block: Duration | None = None,
     ) -> AsyncIterator[Lease]:
         """A slot held while the block runs, released when it ends (a crash
         gives it back when the lease ends). Raises `RateLimitExceeded` when
-        no slot is free, so the block never runs without one."""
-        taken = await self.acquire(key, limit, lease, lease_id=lease_id)
+        no slot is free (after waiting up to `block`, if given), so the
+        block never runs without one."""
+        taken = await self.acquire(key, limit, lease, lease_id=lease_id, block=block)
         if not taken.allowed or taken.id is None:
             raise RateLimitExceeded(taken)
         try:

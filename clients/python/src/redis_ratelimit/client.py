@@ -45,12 +45,18 @@ class RateLimiter:
     def run(self, command: Command[T]) -> T:
         """Sends `command`; an error reply raises the matching exception
         of `redis_ratelimit.errors`."""
+        commands.check_block(command, self._socket_timeout())
         try:
             # redis-py leaves the sync execute_command unannotated.
             reply = self.redis.execute_command(*command.words)  # type: ignore[no-untyped-call]
         except ResponseError as error:
             raise translate(error, command.name) from error
         return command.parse(reply)
+
+    def _socket_timeout(self) -> float | None:
+        """The connections' ``socket_timeout`` in seconds (None: none)."""
+        timeout = self.redis.get_connection_kwargs().get("socket_timeout")
+        return None if timeout is None else float(timeout)
 
     def check(self, key: Key, limit: Limit, **options: Unpack[CheckOptions]) -> Decision:
         """Checks `key` against `limit` (any algorithm)."""
@@ -115,11 +121,18 @@ class RateLimiter:
         return self.run(commands.check_all(tiers, **options))
 
     def acquire(
-        self, key: Key, limit: int, lease: Duration, *, lease_id: str | None = None
+        self,
+        key: Key,
+        limit: int,
+        lease: Duration,
+        *,
+        lease_id: str | None = None,
+        block: Duration | None = None,
     ) -> Lease:
         """``RL.ACQUIRE``: one of `limit` slots for at most `lease`; give
-        ``lease.id`` to `release`."""
-        return self.run(commands.acquire(key, limit, lease, lease_id))
+        ``lease.id`` to `release`. `block`: wait on the server for a free
+        slot, at most that long (``math.inf``: no limit)."""
+        return self.run(commands.acquire(key, limit, lease, lease_id, block))
 
     def release(self, key: Key, lease_id: str) -> bool:
         """``RL.RELEASE``: True if `lease_id` held a live lease."""
@@ -127,12 +140,19 @@ class RateLimiter:
 
     @contextmanager
     def hold(
-        self, key: Key, limit: int, lease: Duration, *, lease_id: str | None = None
+        self,
+        key: Key,
+        limit: int,
+        lease: Duration,
+        *,
+        lease_id: str | None = None,
+        block: Duration | None = None,
     ) -> Iterator[Lease]:
         """A slot held while the block runs, released when it ends (a crash
         gives it back when the lease ends). Raises `RateLimitExceeded` when
-        no slot is free, so the block never runs without one."""
-        taken = self.acquire(key, limit, lease, lease_id=lease_id)
+        no slot is free (after waiting up to `block`, if given), so the
+        block never runs without one."""
+        taken = self.acquire(key, limit, lease, lease_id=lease_id, block=block)
         if not taken.allowed or taken.id is None:
             raise RateLimitExceeded(taken)
         try:
