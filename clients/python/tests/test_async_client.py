@@ -92,7 +92,7 @@ async def test_an_error_reply_raises_the_same_named_exception(alimiter: AsyncRat
         await alimiter.sliding_log("k", 1, 1)
 
 
-async def test_shadow_and_penalty_through_the_asyncio_client(
+async def test_shadow_penalty_and_peek_through_the_asyncio_client(
     alimiter: AsyncRateLimiter,
 ) -> None:
     one = FixedWindow(1, "1h")
@@ -101,6 +101,8 @@ async def test_shadow_and_penalty_through_the_asyncio_client(
     assert not (await alimiter.check("k", one, penalty="1m")).allowed
     info = await alimiter.info("k")
     assert info is not None and info.penalty_until is not None
+    peeked = await alimiter.peek("other", one, cost=1)
+    assert peeked.allowed and await alimiter.info("other") is None
 
 
 async def test_a_blocked_acquire_waits_for_a_release_through_the_asyncio_client(

@@ -78,3 +78,15 @@ async def test_the_asyncio_cluster_client_routes_every_command(arc: AsyncRedisCl
         assert lease.id is not None
     with pytest.raises(RedisClusterException, match="same key slot"):
         await limiter.check_all({"a": TokenBucket(1, 1), "b": TokenBucket(1, 1)})
+
+
+def test_peek_and_block_route_by_key(rc: RedisCluster) -> None:
+    limiter = RateLimiter(rc)
+    refill = TokenBucket(1, 20)  # a token every 50 ms
+    for key in KEYS:
+        assert limiter.peek(key, refill).remaining == 1
+        assert limiter.check(key, refill).allowed
+        assert limiter.peek(key, refill).remaining == 0
+    owners = {rc.get_node_from_key(key).port: key for key in KEYS}  # type: ignore[no-untyped-call]
+    for key in owners.values():  # one key per node
+        assert limiter.check(key, refill, block="2s").allowed

@@ -1,18 +1,19 @@
-"""The module's newest options through the sync client, against a real
-server: SHADOW, PENALTY and BLOCK; and what the client itself decides about
-them (BLOCK's spelling, the socket timeout check)."""
+"""The module's newest options and calls through the sync client, against a
+real server: SHADOW, PENALTY, BLOCK and RL.PEEK; and what the client itself
+decides about them (BLOCK's spelling, the socket timeout check)."""
 
 from __future__ import annotations
 
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 import pytest
 import redis
+from redis.exceptions import ReadOnlyError
 
 from redis_ratelimit import (
     GCRA,
@@ -254,3 +255,49 @@ def test_options_that_contradict_each_other_are_refused_by_the_server(
     with pytest.raises(InvalidArgumentError, match=f"RL.ALL: {message}"):
         limiter.check_all({"k": TokenBucket(1, 1)}, **options)
     assert r.exists("k") == 0
+
+
+# RL.PEEK
+
+
+@pytest.mark.parametrize("limit", ONE_EACH, ids=IDS)
+def test_peek_answers_what_a_check_would_without_changing_anything(
+    limiter: RateLimiter, r: redis.Redis, limit: Limit
+) -> None:
+    fresh = limiter.peek("k", limit)
+    assert fresh.allowed and fresh.remaining == 1 and r.exists("k") == 0
+    assert fresh.policy == limit.policy()
+    limiter.check("k", limit)
+    assert not limiter.peek("k", limit).allowed
+    assert limiter.peek("k", limit, cost=2).retry_after is None  # above the limit: never
+
+
+@pytest.fixture
+def primary_and_replica() -> Iterator[tuple[redis.Redis, redis.Redis]]:
+    """Two servers of their own, the second a replica of the first (which
+    sends its data at once, not after the diskless sync's 5 s delay)."""
+    nodes = [Server(), Server()]
+    primary, replica = (redis.Redis(port=node.port) for node in nodes)
+    try:
+        primary.config_set("repl-diskless-sync-delay", 0)
+        replica.replicaof("127.0.0.1", nodes[0].port)
+        linked = lambda: replica.info("replication")["master_link_status"] == "up"  # noqa: E731
+        wait_for("the replica to sync", 10, linked)
+        yield primary, replica
+    finally:
+        primary.close()
+        replica.close()
+        for node in nodes:
+            node.stop()
+
+
+def test_peek_is_answered_by_a_read_only_replica(
+    primary_and_replica: tuple[redis.Redis, redis.Redis],
+) -> None:
+    primary, replica = primary_and_replica
+    RateLimiter(primary).fixed_window("k", 3, "1h")
+    wait_for("the check to reach the replica", 5, lambda: replica.exists("k") == 1)
+    on_replica = RateLimiter(replica)
+    assert on_replica.peek("k", FixedWindow(3, "1h")).remaining == 2
+    with pytest.raises(ReadOnlyError):
+        on_replica.fixed_window("k", 3, "1h")

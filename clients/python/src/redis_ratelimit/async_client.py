@@ -61,6 +61,11 @@ class AsyncRateLimiter:
         """Checks `key` against `limit` (any algorithm)."""
         return await self.run(commands.check(key, limit, **options))
 
+    async def peek(self, key: Key, limit: Limit, *, cost: int = 1) -> Decision:
+        """``RL.PEEK``: what checking `key` against `limit` would answer now,
+        changing nothing (a read-only command: replicas answer it)."""
+        return await self.run(commands.peek(key, limit, cost))
+
     async def token_bucket(
         self, key: Key, capacity: int, rate: Rate, **options: Unpack[CheckOptions]
     ) -> Decision:

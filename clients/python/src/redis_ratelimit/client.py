@@ -62,6 +62,11 @@ class RateLimiter:
         """Checks `key` against `limit` (any algorithm)."""
         return self.run(commands.check(key, limit, **options))
 
+    def peek(self, key: Key, limit: Limit, *, cost: int = 1) -> Decision:
+        """``RL.PEEK``: what checking `key` against `limit` would answer now,
+        changing nothing (a read-only command: replicas answer it)."""
+        return self.run(commands.peek(key, limit, cost))
+
     def token_bucket(
         self, key: Key, capacity: int, rate: Rate, **options: Unpack[CheckOptions]
     ) -> Decision:

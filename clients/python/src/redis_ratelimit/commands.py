@@ -122,6 +122,17 @@ def check(key: Key, limit: Limit, **options: Unpack[CheckOptions]) -> Command[De
     )
 
 
+def peek(key: Key, limit: Limit, cost: int = 1) -> Command[Decision]:
+    """``RL.PEEK key <ALGORITHM params> [COST n]``: what a check would answer
+    now, changing nothing; read-only, so a read-only replica answers it."""
+    policy = limit.policy()
+    return Command(
+        "RL.PEEK",
+        (key, limit.word, *limit.params(), *option_words(cost=cost)),
+        lambda reply: decision_from(reply, policy),
+    )
+
+
 def check_all(tiers: Tiers, **options: Unpack[CheckOptions]) -> Command[Decision]:
     """``RL.ALL numkeys key... <ALGORITHM params>... [options]``: every tier
     or none."""
