@@ -18,6 +18,7 @@ from redis_ratelimit import (
     RateLimitExceeded,
     SlidingLog,
     TokenBucket,
+    TopEntry,
     WrongTypeError,
 )
 
@@ -129,3 +130,12 @@ async def test_a_blocked_acquire_waits_for_a_release_through_the_asyncio_client(
         await other.check("t", refill, block="10s")  # the default 5 s timeout is shorter
     await waiting.redis.aclose()
     await other.redis.aclose()
+
+
+async def test_top_through_the_asyncio_client(alimiter: AsyncRateLimiter) -> None:
+    await alimiter.top_reset()
+    for _ in range(3):
+        await alimiter.fixed_window("k", 1, "1h")
+    assert await alimiter.top(with_error=True) == [TopEntry("k", 2, 0)]
+    await alimiter.top_reset()
+    assert await alimiter.top() == []

@@ -1,6 +1,7 @@
 """The module's newest options and calls through the sync client, against a
-real server: SHADOW, PENALTY, BLOCK and RL.PEEK; and what the client itself
-decides about them (BLOCK's spelling, the socket timeout check)."""
+real server: SHADOW, PENALTY, BLOCK, RL.PEEK and RL.TOP; and what the
+client itself decides about them (BLOCK's spelling, the socket timeout
+check, the merge of several servers' RL.TOP)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ from redis_ratelimit import (
     SlidingCounter,
     SlidingLog,
     TokenBucket,
+    TopEntry,
 )
 from redis_ratelimit.commands import Command, check_block
+from redis_ratelimit.top import merge_top
 from redis_ratelimit.units import block_ms
 
 from .servers import Server, wait_for
@@ -301,3 +304,43 @@ def test_peek_is_answered_by_a_read_only_replica(
     assert on_replica.peek("k", FixedWindow(3, "1h")).remaining == 2
     with pytest.raises(ReadOnlyError):
         on_replica.fixed_window("k", 3, "1h")
+
+
+# RL.TOP
+
+
+def test_top_lists_the_keys_denied_most_and_reset_forgets_them(limiter: RateLimiter) -> None:
+    limiter.top_reset()
+    assert limiter.top() == []
+    one = FixedWindow(1, "1h")
+    for key, denials in (("a", 3), ("b", 1), ("c", 2)):
+        for _ in range(denials + 1):
+            limiter.check(key, one)
+    limiter.check("a", one, peek=True)  # peeks are not counted
+    assert limiter.top() == [TopEntry("a", 3), TopEntry("c", 2), TopEntry("b", 1)]
+    assert limiter.top(2, with_error=True) == [TopEntry("a", 3, 0), TopEntry("c", 2, 0)]
+    limiter.top_reset()
+    assert limiter.top() == []
+
+
+def test_top_keeps_binary_key_names(limiter: RateLimiter) -> None:
+    limiter.top_reset()
+    key = b"\xff\x00k"
+    limiter.fixed_window(key, 1, "1h")
+    limiter.fixed_window(key, 1, "1h")
+    (entry,) = limiter.top()
+    assert entry.key.encode(errors="surrogateescape") == key
+
+
+def test_several_servers_lists_merge_by_adding_counts() -> None:
+    merged = merge_top(
+        [
+            [TopEntry("a", 5, 1), TopEntry("b", 4, 0)],
+            [TopEntry("c", 9, 0), TopEntry("a", 2, 0), TopEntry("d", 4, 2)],
+            [],
+        ],
+        3,
+    )
+    assert merged == [TopEntry("c", 9, 0), TopEntry("a", 7, 1), TopEntry("b", 4, 0)]
+    no_error = merge_top([[TopEntry("b", 1)], [TopEntry("a", 1)]], 10)
+    assert no_error == [TopEntry("a", 1), TopEntry("b", 1)]

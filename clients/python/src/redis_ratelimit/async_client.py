@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, TypeVar
 
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 from typing_extensions import Unpack
 
@@ -21,11 +22,11 @@ from .decision import Decision, Lease
 from .errors import RateLimitExceeded, translate
 from .info import KeyInfo
 from .limits import GCRA, FixedWindow, LeakyBucket, Limit, SlidingCounter, SlidingLog, TokenBucket
+from .top import TopEntry
 from .units import Duration, Rate
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
-    from redis.asyncio.cluster import RedisCluster
 
 T = TypeVar("T")
 
@@ -46,8 +47,13 @@ class AsyncRateLimiter:
         """Sends `command`; an error reply raises the matching exception
         of `redis_ratelimit.errors`."""
         commands.check_block(command, self._socket_timeout())
+        route = (
+            {"target_nodes": self.redis.get_primaries()}
+            if command.every_primary and isinstance(self.redis, RedisCluster)
+            else {}
+        )
         try:
-            reply = await self.redis.execute_command(*command.words)
+            reply = await self.redis.execute_command(*command.words, **route)
         except ResponseError as error:
             raise translate(error, command.name) from error
         return command.parse(reply)
@@ -167,3 +173,13 @@ class AsyncRateLimiter:
     async def info(self, key: Key) -> KeyInfo | None:
         """``RL.INFO``: what `key` holds, or None when it does not exist."""
         return await self.run(commands.info(key))
+
+    async def top(self, count: int = 10, *, with_error: bool = False) -> list[TopEntry]:
+        """``RL.TOP``: the `count` keys denied most, most first (with each
+        count's `error` when asked). Per server: through a cluster client,
+        every primary's lists merged (a key's counts added)."""
+        return await self.run(commands.top(count, with_error))
+
+    async def top_reset(self) -> None:
+        """``RL.TOP RESET``: forget every count (on every primary)."""
+        await self.run(commands.top_reset())

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
+from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 from typing_extensions import Unpack
 
@@ -21,11 +22,11 @@ from .decision import Decision, Lease
 from .errors import RateLimitExceeded, translate
 from .info import KeyInfo
 from .limits import GCRA, FixedWindow, LeakyBucket, Limit, SlidingCounter, SlidingLog, TokenBucket
+from .top import TopEntry
 from .units import Duration, Rate
 
 if TYPE_CHECKING:
     from redis import Redis
-    from redis.cluster import RedisCluster
 
 T = TypeVar("T")
 
@@ -46,9 +47,14 @@ class RateLimiter:
         """Sends `command`; an error reply raises the matching exception
         of `redis_ratelimit.errors`."""
         commands.check_block(command, self._socket_timeout())
+        route = (
+            {"target_nodes": self.redis.get_primaries()}  # type: ignore[no-untyped-call]
+            if command.every_primary and isinstance(self.redis, RedisCluster)
+            else {}
+        )
         try:
             # redis-py leaves the sync execute_command unannotated.
-            reply = self.redis.execute_command(*command.words)  # type: ignore[no-untyped-call]
+            reply = self.redis.execute_command(*command.words, **route)  # type: ignore[no-untyped-call]
         except ResponseError as error:
             raise translate(error, command.name) from error
         return command.parse(reply)
@@ -168,3 +174,13 @@ class RateLimiter:
     def info(self, key: Key) -> KeyInfo | None:
         """``RL.INFO``: what `key` holds, or None when it does not exist."""
         return self.run(commands.info(key))
+
+    def top(self, count: int = 10, *, with_error: bool = False) -> list[TopEntry]:
+        """``RL.TOP``: the `count` keys denied most, most first (with each
+        count's `error` when asked). Per server: through a cluster client,
+        every primary's lists merged (a key's counts added)."""
+        return self.run(commands.top(count, with_error))
+
+    def top_reset(self) -> None:
+        """``RL.TOP RESET``: forget every count (on every primary)."""
+        self.run(commands.top_reset())

@@ -16,6 +16,7 @@ from typing_extensions import Unpack
 from .decision import Decision, Lease, Policy
 from .info import KeyInfo, parse_info
 from .limits import GCRA, Arg, Limit
+from .top import TopEntry, parse_top
 from .units import Duration, block_ms, duration_arg, ms
 
 T = TypeVar("T")
@@ -90,6 +91,10 @@ class Command(Generic[T]):
     #: ``BLOCK``'s milliseconds when the server may hold the reply (0: no
     #: limit), for `check_block`; None when it answers at once.
     block_ms: int | None = None
+    #: A command about the server rather than a key (``RL.TOP``): a cluster
+    #: client sends it to every primary, and `parse` takes their replies
+    #: by node name (a mapping) as well as one server's reply.
+    every_primary: bool = False
 
     @property
     def words(self) -> tuple[Arg, ...]:
@@ -196,6 +201,23 @@ def acquire(
 def release(key: Key, lease_id: str) -> Command[bool]:
     """``RL.RELEASE key id``: True if that id held a live lease."""
     return Command("RL.RELEASE", (key, lease_id), lambda reply: int(reply) == 1)
+
+
+def top(count: int = 10, with_error: bool = False) -> Command[list[TopEntry]]:
+    """``RL.TOP count [WITHERROR]``: the keys denied most, most first; in a
+    cluster, every primary's lists merged (`top.merge_top`)."""
+    words: list[Arg] = [count, "WITHERROR"] if with_error else [count]
+    return Command(
+        "RL.TOP",
+        tuple(words),
+        lambda reply: parse_top(reply, count, with_error),
+        every_primary=True,
+    )
+
+
+def top_reset() -> Command[None]:
+    """``RL.TOP RESET``: forget every count (on every primary of a cluster)."""
+    return Command("RL.TOP", ("RESET",), lambda reply: None, every_primary=True)
 
 
 def check_block(command: Command[Any], socket_timeout: float | None) -> None:
