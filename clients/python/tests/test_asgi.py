@@ -3,6 +3,7 @@ client: requests go through the app's whole stack) against the real server."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -22,6 +23,7 @@ from starlette.routing import Route
 
 from redis_ratelimit import (
     AsyncRateLimiter,
+    Decision,
     FixedWindow,
     SlidingCounter,
     TokenBucket,
@@ -270,3 +272,51 @@ async def test_non_http_scopes_pass_straight_through(ar_clean: redis.asyncio.Red
     middleware = RateLimitMiddleware(inner, redis=ar_clean, limits=FixedWindow(1, "1h"))
     await middleware({"type": "lifespan"}, None, None)  # type: ignore[arg-type]
     assert seen == ["lifespan"] and await ar_clean.keys() == []
+
+
+async def test_a_shadow_rule_never_answers_429_and_tells_the_hook_what_it_would_have_denied(
+    ar_clean: redis.asyncio.Redis,
+) -> None:
+    counter = Counter()
+    seen: list[tuple[str, Decision]] = []
+    app = app_with(
+        ar_clean,
+        counter,
+        limits=FixedWindow(1, "1h"),
+        shadow=True,
+        on_shadow_denied=lambda request, decision: seen.append((request.path, decision)),
+    )
+    async with client_for(app) as http:
+        responses = [await http.get("/hello") for _ in range(3)]
+    assert [r.status_code for r in responses] == [200, 200, 200] and counter.calls == 3
+    assert "retry-after" not in responses[2].headers
+    assert [(path, d.shadow_denied) for path, d in seen] == [("/hello", True)] * 2
+    info = await AsyncRateLimiter(ar_clean).info("rl:{ip:10.0.0.7}:fixedwindow")
+    assert info is not None and info.fields["count"] == 1  # the shadow denials took nothing
+
+
+async def test_a_shadow_denial_is_logged_at_info_without_a_hook(
+    ar_clean: redis.asyncio.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = app_with(ar_clean, Counter(), limits=FixedWindow(1, "1h"), shadow=True)
+    with caplog.at_level(logging.INFO, logger="redis_ratelimit"):
+        async with client_for(app) as http:
+            await http.get("/hello")
+            await http.get("/hello")
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.startswith("shadow rate limit would have denied GET /hello (retry in ")
+
+
+async def test_a_penalty_keeps_answering_429_after_the_limit_refills(
+    ar_clean: redis.asyncio.Redis,
+) -> None:
+    app = app_with(ar_clean, Counter(), limits=TokenBucket(1, 100), penalty="1m")
+    async with client_for(app) as http:
+        assert (await http.get("/hello")).status_code == 200
+        denied = await http.get("/hello")
+        await asyncio.sleep(0.05)  # the bucket is full again
+        still = await http.get("/hello")
+    assert denied.status_code == 429 and denied.headers["retry-after"] == "60"
+    assert still.status_code == 429
+    info = await AsyncRateLimiter(ar_clean).info("rl:{ip:10.0.0.7}:tokenbucket")
+    assert info is not None and info.penalty_until is not None

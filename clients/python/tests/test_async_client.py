@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import math
+import time
 from datetime import timedelta
 
 import pytest
+import redis.asyncio
 
 from redis_ratelimit import (
     AsyncRateLimiter,
+    FixedWindow,
     RateLimiter,
     RateLimitExceeded,
     SlidingLog,
     TokenBucket,
+    TopEntry,
     WrongTypeError,
 )
+
+from .servers import Server
 
 pytestmark = pytest.mark.anyio
 
@@ -83,3 +91,51 @@ async def test_an_error_reply_raises_the_same_named_exception(alimiter: AsyncRat
     await alimiter.token_bucket("k", 1, 1)
     with pytest.raises(WrongTypeError, match=r"RL\.SLIDINGLOG: WRONGTYPE"):
         await alimiter.sliding_log("k", 1, 1)
+
+
+async def test_shadow_penalty_and_peek_through_the_asyncio_client(
+    alimiter: AsyncRateLimiter,
+) -> None:
+    one = FixedWindow(1, "1h")
+    assert (await alimiter.check("k", one)).allowed
+    assert (await alimiter.check("k", one, shadow=True)).shadow_denied
+    assert not (await alimiter.check("k", one, penalty="1m")).allowed
+    info = await alimiter.info("k")
+    assert info is not None and info.penalty_until is not None
+    peeked = await alimiter.peek("other", one, cost=1)
+    assert peeked.allowed and await alimiter.info("other") is None
+
+
+async def test_a_blocked_acquire_waits_for_a_release_through_the_asyncio_client(
+    server: Server, ar: redis.asyncio.Redis
+) -> None:
+    waiting = AsyncRateLimiter(redis.asyncio.Redis(port=server.port, socket_timeout=None))
+    other = AsyncRateLimiter(redis.asyncio.Redis(port=server.port))
+    held = await other.acquire("k", 1, "30s")
+    assert held.id is not None
+
+    async def release_soon(lease_id: str) -> None:
+        await asyncio.sleep(0.15)
+        await other.release("k", lease_id)
+
+    releasing = asyncio.create_task(release_soon(held.id))
+    start = time.monotonic()
+    lease = await waiting.acquire("k", 1, "30s", block=math.inf)
+    await releasing
+    assert lease.allowed and time.monotonic() - start > 0.1
+    refill = TokenBucket(1, 5)
+    await other.check("t", refill)
+    assert (await other.check("t", refill, block="2s")).allowed
+    with pytest.raises(ValueError, match="socket_timeout"):
+        await other.check("t", refill, block="10s")  # the default 5 s timeout is shorter
+    await waiting.redis.aclose()
+    await other.redis.aclose()
+
+
+async def test_top_through_the_asyncio_client(alimiter: AsyncRateLimiter) -> None:
+    await alimiter.top_reset()
+    for _ in range(3):
+        await alimiter.fixed_window("k", 1, "1h")
+    assert await alimiter.top(with_error=True) == [TopEntry("k", 2, 0)]
+    await alimiter.top_reset()
+    assert await alimiter.top() == []

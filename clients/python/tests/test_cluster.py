@@ -12,7 +12,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
-from redis_ratelimit import AsyncRateLimiter, RateLimiter, SlidingCounter, TokenBucket
+from redis_ratelimit import AsyncRateLimiter, FixedWindow, RateLimiter, SlidingCounter, TokenBucket
 
 from .servers import Cluster
 
@@ -78,3 +78,54 @@ async def test_the_asyncio_cluster_client_routes_every_command(arc: AsyncRedisCl
         assert lease.id is not None
     with pytest.raises(RedisClusterException, match="same key slot"):
         await limiter.check_all({"a": TokenBucket(1, 1), "b": TokenBucket(1, 1)})
+
+
+def deny_each(limiter: RateLimiter, denials: dict[str, int]) -> None:
+    for key, n in denials.items():
+        for _ in range(n + 1):
+            limiter.fixed_window(key, 1, "1h")
+
+
+def test_top_merges_every_primarys_list_and_reset_clears_them_all(rc: RedisCluster) -> None:
+    limiter = RateLimiter(rc)
+    limiter.top_reset()
+    denials = {key: i % 4 + 1 for i, key in enumerate(KEYS)}  # keys on all three nodes
+    deny_each(limiter, denials)
+    expected = sorted(denials.items(), key=lambda kv: (-kv[1], kv[0].encode()))
+    assert [(e.key, e.count) for e in limiter.top(len(KEYS))] == expected
+    assert [(e.key, e.count, e.error) for e in limiter.top(3, with_error=True)] == [
+        (key, n, 0) for key, n in expected[:3]
+    ]
+    for node in rc.get_primaries():  # type: ignore[no-untyped-call]
+        # Each node counts only the keys it serves.
+        alone = RateLimiter(redis.Redis(host=node.host, port=node.port)).top(100)
+        owned = [k for k in KEYS if rc.get_node_from_key(k).port == node.port]  # type: ignore[no-untyped-call]
+        assert sorted(e.key for e in alone) == sorted(owned)
+    limiter.top_reset()
+    assert limiter.top() == []
+
+
+def test_peek_and_block_route_by_key(rc: RedisCluster) -> None:
+    limiter = RateLimiter(rc)
+    refill = TokenBucket(1, 20)  # a token every 50 ms
+    for key in KEYS:
+        assert limiter.peek(key, refill).remaining == 1
+        assert limiter.check(key, refill).allowed
+        assert limiter.peek(key, refill).remaining == 0
+    owners = {rc.get_node_from_key(key).port: key for key in KEYS}  # type: ignore[no-untyped-call]
+    for key in owners.values():  # one key per node
+        assert limiter.check(key, refill, block="2s").allowed
+
+
+@pytest.mark.anyio
+async def test_top_through_the_asyncio_cluster_client(arc: AsyncRedisCluster) -> None:
+    limiter = AsyncRateLimiter(arc)
+    await limiter.top_reset()
+    for key in KEYS:
+        await limiter.fixed_window(key, 1, "1h")
+        await limiter.fixed_window(key, 1, "1h")
+    top = await limiter.top(100)
+    assert sorted(e.key for e in top) == sorted(KEYS) and {e.count for e in top} == {1}
+    assert not (await limiter.peek(KEYS[0], FixedWindow(1, "1h"))).allowed
+    await limiter.top_reset()
+    assert await limiter.top() == []

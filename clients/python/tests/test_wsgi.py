@@ -9,7 +9,7 @@ import flask
 import pytest
 import redis
 
-from redis_ratelimit import FixedWindow, SlidingLog, TokenBucket
+from redis_ratelimit import Decision, FixedWindow, RateLimiter, SlidingLog, TokenBucket
 from redis_ratelimit.web import RateLimitWSGIMiddleware, user
 from redis_ratelimit.web.flask import rate_limit
 
@@ -151,3 +151,32 @@ def test_unreachable_redis_fails_as_chosen_in_the_decorator(
 def test_two_limits_of_one_name_are_refused_when_the_rule_is_made(r: redis.Redis) -> None:
     with pytest.raises(ValueError, match="must differ"):
         rate_limit(r, [FixedWindow(1, "1s"), FixedWindow(10, "1m")])(lambda: "x")
+
+
+def test_a_shadow_rule_under_wsgi_lets_everything_through_and_tells_the_hook(
+    r: redis.Redis,
+) -> None:
+    seen: list[Decision] = []
+    app = flask_app([])
+    app.wsgi_app = RateLimitWSGIMiddleware(  # type: ignore[method-assign]
+        app.wsgi_app,
+        redis=r,
+        limits=FixedWindow(1, "1h"),
+        shadow=True,
+        on_shadow_denied=lambda request, decision: seen.append(decision),
+    )
+    assert [get(app, "/hello").status_code for _ in range(3)] == [200, 200, 200]
+    assert len(seen) == 2 and all(d.shadow_denied for d in seen)
+
+
+def test_a_penalty_in_the_decorator(r: redis.Redis) -> None:
+    app = flask.Flask(__name__)
+
+    @app.route("/strict")
+    @rate_limit(r, FixedWindow(1, "1h"), penalty="1m")
+    def strict() -> str:
+        return "strict"
+
+    assert [get(app, "/strict").status_code for _ in range(2)] == [200, 429]
+    info = RateLimiter(r).info("rl:{ip:10.0.0.7}:strict:fixedwindow")
+    assert info is not None and info.penalty_until is not None

@@ -14,6 +14,7 @@ from .errors import (
 )
 from .info import KeyInfo
 from .limits import GCRA, FixedWindow, LeakyBucket, Limit, SlidingCounter, SlidingLog, TokenBucket
+from .top import TopEntry
 from .units import Duration, Rate
 
 __all__ = [
@@ -39,5 +40,6 @@ __all__ = [
     "SlidingCounter",
     "SlidingLog",
     "TokenBucket",
+    "TopEntry",
     "WrongTypeError",
 ]

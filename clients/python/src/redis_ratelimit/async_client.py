@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, TypeVar
 
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 from typing_extensions import Unpack
 
@@ -21,11 +22,11 @@ from .decision import Decision, Lease
 from .errors import RateLimitExceeded, translate
 from .info import KeyInfo
 from .limits import GCRA, FixedWindow, LeakyBucket, Limit, SlidingCounter, SlidingLog, TokenBucket
+from .top import TopEntry
 from .units import Duration, Rate
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
-    from redis.asyncio.cluster import RedisCluster
 
 T = TypeVar("T")
 
@@ -45,15 +46,31 @@ class AsyncRateLimiter:
     async def run(self, command: Command[T]) -> T:
         """Sends `command`; an error reply raises the matching exception
         of `redis_ratelimit.errors`."""
+        commands.check_block(command, self._socket_timeout())
+        route = (
+            {"target_nodes": self.redis.get_primaries()}
+            if command.every_primary and isinstance(self.redis, RedisCluster)
+            else {}
+        )
         try:
-            reply = await self.redis.execute_command(*command.words)
+            reply = await self.redis.execute_command(*command.words, **route)
         except ResponseError as error:
             raise translate(error, command.name) from error
         return command.parse(reply)
 
+    def _socket_timeout(self) -> float | None:
+        """The connections' ``socket_timeout`` in seconds (None: none)."""
+        timeout = self.redis.get_connection_kwargs().get("socket_timeout")
+        return None if timeout is None else float(timeout)
+
     async def check(self, key: Key, limit: Limit, **options: Unpack[CheckOptions]) -> Decision:
         """Checks `key` against `limit` (any algorithm)."""
         return await self.run(commands.check(key, limit, **options))
+
+    async def peek(self, key: Key, limit: Limit, *, cost: int = 1) -> Decision:
+        """``RL.PEEK``: what checking `key` against `limit` would answer now,
+        changing nothing (a read-only command: replicas answer it)."""
+        return await self.run(commands.peek(key, limit, cost))
 
     async def token_bucket(
         self, key: Key, capacity: int, rate: Rate, **options: Unpack[CheckOptions]
@@ -114,11 +131,18 @@ class AsyncRateLimiter:
         return await self.run(commands.check_all(tiers, **options))
 
     async def acquire(
-        self, key: Key, limit: int, lease: Duration, *, lease_id: str | None = None
+        self,
+        key: Key,
+        limit: int,
+        lease: Duration,
+        *,
+        lease_id: str | None = None,
+        block: Duration | None = None,
     ) -> Lease:
         """``RL.ACQUIRE``: one of `limit` slots for at most `lease`; give
-        ``lease.id`` to `release`."""
-        return await self.run(commands.acquire(key, limit, lease, lease_id))
+        ``lease.id`` to `release`. `block`: wait on the server for a free
+        slot, at most that long (``math.inf``: no limit)."""
+        return await self.run(commands.acquire(key, limit, lease, lease_id, block))
 
     async def release(self, key: Key, lease_id: str) -> bool:
         """``RL.RELEASE``: True if `lease_id` held a live lease."""
@@ -126,12 +150,19 @@ class AsyncRateLimiter:
 
     @asynccontextmanager
     async def hold(
-        self, key: Key, limit: int, lease: Duration, *, lease_id: str | None = None
+        self,
+        key: Key,
+        limit: int,
+        lease: Duration,
+        *,
+        lease_id: str | None = None,
+        block: Duration | None = None,
     ) -> AsyncIterator[Lease]:
         """A slot held while the block runs, released when it ends (a crash
         gives it back when the lease ends). Raises `RateLimitExceeded` when
-        no slot is free, so the block never runs without one."""
-        taken = await self.acquire(key, limit, lease, lease_id=lease_id)
+        no slot is free (after waiting up to `block`, if given), so the
+        block never runs without one."""
+        taken = await self.acquire(key, limit, lease, lease_id=lease_id, block=block)
         if not taken.allowed or taken.id is None:
             raise RateLimitExceeded(taken)
         try:
@@ -142,3 +173,13 @@ class AsyncRateLimiter:
     async def info(self, key: Key) -> KeyInfo | None:
         """``RL.INFO``: what `key` holds, or None when it does not exist."""
         return await self.run(commands.info(key))
+
+    async def top(self, count: int = 10, *, with_error: bool = False) -> list[TopEntry]:
+        """``RL.TOP``: the `count` keys denied most, most first (with each
+        count's `error` when asked). Per server: through a cluster client,
+        every primary's lists merged (a key's counts added)."""
+        return await self.run(commands.top(count, with_error))
+
+    async def top_reset(self) -> None:
+        """``RL.TOP RESET``: forget every count (on every primary)."""
+        await self.run(commands.top_reset())

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
+from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 from typing_extensions import Unpack
 
@@ -21,11 +22,11 @@ from .decision import Decision, Lease
 from .errors import RateLimitExceeded, translate
 from .info import KeyInfo
 from .limits import GCRA, FixedWindow, LeakyBucket, Limit, SlidingCounter, SlidingLog, TokenBucket
+from .top import TopEntry
 from .units import Duration, Rate
 
 if TYPE_CHECKING:
     from redis import Redis
-    from redis.cluster import RedisCluster
 
 T = TypeVar("T")
 
@@ -45,16 +46,32 @@ class RateLimiter:
     def run(self, command: Command[T]) -> T:
         """Sends `command`; an error reply raises the matching exception
         of `redis_ratelimit.errors`."""
+        commands.check_block(command, self._socket_timeout())
+        route = (
+            {"target_nodes": self.redis.get_primaries()}  # type: ignore[no-untyped-call]
+            if command.every_primary and isinstance(self.redis, RedisCluster)
+            else {}
+        )
         try:
             # redis-py leaves the sync execute_command unannotated.
-            reply = self.redis.execute_command(*command.words)  # type: ignore[no-untyped-call]
+            reply = self.redis.execute_command(*command.words, **route)  # type: ignore[no-untyped-call]
         except ResponseError as error:
             raise translate(error, command.name) from error
         return command.parse(reply)
 
+    def _socket_timeout(self) -> float | None:
+        """The connections' ``socket_timeout`` in seconds (None: none)."""
+        timeout = self.redis.get_connection_kwargs().get("socket_timeout")
+        return None if timeout is None else float(timeout)
+
     def check(self, key: Key, limit: Limit, **options: Unpack[CheckOptions]) -> Decision:
         """Checks `key` against `limit` (any algorithm)."""
         return self.run(commands.check(key, limit, **options))
+
+    def peek(self, key: Key, limit: Limit, *, cost: int = 1) -> Decision:
+        """``RL.PEEK``: what checking `key` against `limit` would answer now,
+        changing nothing (a read-only command: replicas answer it)."""
+        return self.run(commands.peek(key, limit, cost))
 
     def token_bucket(
         self, key: Key, capacity: int, rate: Rate, **options: Unpack[CheckOptions]
@@ -115,11 +132,18 @@ class RateLimiter:
         return self.run(commands.check_all(tiers, **options))
 
     def acquire(
-        self, key: Key, limit: int, lease: Duration, *, lease_id: str | None = None
+        self,
+        key: Key,
+        limit: int,
+        lease: Duration,
+        *,
+        lease_id: str | None = None,
+        block: Duration | None = None,
     ) -> Lease:
         """``RL.ACQUIRE``: one of `limit` slots for at most `lease`; give
-        ``lease.id`` to `release`."""
-        return self.run(commands.acquire(key, limit, lease, lease_id))
+        ``lease.id`` to `release`. `block`: wait on the server for a free
+        slot, at most that long (``math.inf``: no limit)."""
+        return self.run(commands.acquire(key, limit, lease, lease_id, block))
 
     def release(self, key: Key, lease_id: str) -> bool:
         """``RL.RELEASE``: True if `lease_id` held a live lease."""
@@ -127,12 +151,19 @@ class RateLimiter:
 
     @contextmanager
     def hold(
-        self, key: Key, limit: int, lease: Duration, *, lease_id: str | None = None
+        self,
+        key: Key,
+        limit: int,
+        lease: Duration,
+        *,
+        lease_id: str | None = None,
+        block: Duration | None = None,
     ) -> Iterator[Lease]:
         """A slot held while the block runs, released when it ends (a crash
         gives it back when the lease ends). Raises `RateLimitExceeded` when
-        no slot is free, so the block never runs without one."""
-        taken = self.acquire(key, limit, lease, lease_id=lease_id)
+        no slot is free (after waiting up to `block`, if given), so the
+        block never runs without one."""
+        taken = self.acquire(key, limit, lease, lease_id=lease_id, block=block)
         if not taken.allowed or taken.id is None:
             raise RateLimitExceeded(taken)
         try:
@@ -143,3 +174,13 @@ class RateLimiter:
     def info(self, key: Key) -> KeyInfo | None:
         """``RL.INFO``: what `key` holds, or None when it does not exist."""
         return self.run(commands.info(key))
+
+    def top(self, count: int = 10, *, with_error: bool = False) -> list[TopEntry]:
+        """``RL.TOP``: the `count` keys denied most, most first (with each
+        count's `error` when asked). Per server: through a cluster client,
+        every primary's lists merged (a key's counts added)."""
+        return self.run(commands.top(count, with_error))
+
+    def top_reset(self) -> None:
+        """``RL.TOP RESET``: forget every count (on every primary)."""
+        self.run(commands.top_reset())

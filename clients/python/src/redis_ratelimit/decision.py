@@ -64,7 +64,8 @@ class Decision:
     its fresh state. ``delay`` is how long to wait before acting, so that
     the output is smooth (the leaky bucket's sixth element; zero for every
     other algorithm). For ``RL.ALL``, the fields are the combined answer and
-    ``tiers`` holds each tier's own, in key order.
+    ``tiers`` holds each tier's own, in key order. A ``SHADOW`` check that
+    would have denied is allowed with its wait: see `shadow_denied`.
     """
 
     allowed: bool
@@ -75,6 +76,15 @@ class Decision:
     delay: timedelta = timedelta(0)
     policy: Policy | None = None
     tiers: tuple[Decision, ...] = field(default=())
+
+    @property
+    def shadow_denied(self) -> bool:
+        """True when a ``shadow=True`` check would have been denied: the
+        server answers it allowed (it took nothing) but keeps its wait, so
+        an allowed decision with a ``retry_after`` other than zero (or None:
+        it could never pass) is a would-be denial. Always False without
+        ``shadow``, whose allowed answers wait for nothing."""
+        return self.allowed and self.retry_after != timedelta(0)
 
     def headers(self, *, legacy: bool = True, ietf: bool = True) -> Headers:
         """The response header fields for this decision.

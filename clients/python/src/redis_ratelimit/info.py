@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .units import ms
@@ -38,6 +38,10 @@ class KeyInfo:
     #: How long until the key expires.
     ttl: timedelta
     fields: Mapping[str, InfoValue]
+    #: When the key's latest penalty (``PENALTY``) ends or ended, on the
+    #: server's clock (UTC); None for a key that never had one. A key keeps
+    #: it once the penalty is over, so it may be in the past.
+    penalty_until: datetime | None = None
 
 
 def _text(value: Any) -> Any:
@@ -75,7 +79,13 @@ def parse_info(reply: Any) -> KeyInfo | None:
         reset_after=ms(_int(fields, "reset_after_ms")),
         ttl=ms(_int(fields, "ttl_ms")),
         fields=fields,
+        penalty_until=(
+            _EPOCH + ms(_int(fields, "penalty_until_ms")) if "penalty_until_ms" in fields else None
+        ),
     )
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def _int(fields: Mapping[str, InfoValue], name: str) -> int:

@@ -63,6 +63,26 @@ def duration_ms(value: Duration) -> float | None:
     return ms if math.isfinite(ms) else None
 
 
+def block_ms(value: Duration) -> int:
+    """``BLOCK``'s value: whole milliseconds, rounded up (a wait of 0.4 ms is
+    1 ms, never the server's 0), and ``math.inf`` as the server's 0, no limit.
+
+    Zero is refused: the server reads ``BLOCK 0`` as "no limit" where Python
+    reads a timeout of 0 as "do not wait", so neither is guessed; leave
+    ``block`` out not to wait. A negative or unreadable duration is refused
+    here too, since the server would name milliseconds, not what was given.
+    """
+    if not isinstance(value, (str, timedelta)) and value == math.inf:
+        return 0
+    wait = duration_ms(value)
+    if wait is None or wait <= 0:
+        raise ValueError(
+            f"block={value!r} must be a duration above 0 (seconds, a string such as "
+            '"250ms", or a timedelta), or math.inf for no limit; leave block out not to wait'
+        )
+    return math.ceil(wait)
+
+
 def ceil_seconds(delta: timedelta) -> int:
     """Whole seconds, rounded up: a client that waits that long is never early
     (HTTP's delay-seconds, as Retry-After and the RateLimit fields use)."""

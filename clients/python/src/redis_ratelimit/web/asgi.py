@@ -92,7 +92,7 @@ class RateLimitMiddleware:
             decision = await self.limiter.run(command)
         except UNREACHABLE as error:
             return self.rule.unreachable(error)
-        return self.rule.verdict(decision)
+        return self.rule.verdict(decision, request)
 
 
 async def _send_response(send: Send, response: Response) -> None:

@@ -25,6 +25,7 @@ from .. import commands
 from ..commands import Command
 from ..decision import Decision
 from ..limits import Limit
+from ..units import Duration
 
 logger = logging.getLogger("redis_ratelimit")
 
@@ -57,6 +58,9 @@ class Request:
 #: Gives the identity a request is limited by, or None to not limit it
 #: (a health check, an internal caller).
 KeyFunc = Callable[[Request], str | None]
+
+#: Told of each request a shadow rule would have denied (it was let through).
+ShadowHook = Callable[[Request, Decision], None]
 
 
 def client_ip(request: Request) -> str | None:
@@ -147,6 +151,9 @@ class RuleOptions(TypedDict, total=False):
     fail_open: bool
     legacy_headers: bool
     ietf_headers: bool
+    penalty: Duration | None
+    shadow: bool
+    on_shadow_denied: ShadowHook | None
 
 
 class Rule:
@@ -158,6 +165,13 @@ class Rule:
     name when given). ``fail_open``: when Redis cannot be reached, let
     requests through (True, the default: an outage of the limiter should not
     become an outage of the API) or answer 503 (False).
+
+    ``penalty``: a denial locks the identity out for this long (the module's
+    ``PENALTY``). ``shadow``: try the rule without enforcing it (``SHADOW``):
+    nothing is ever denied or taken, and each request it would have denied
+    reaches the app all the same, after ``on_shadow_denied(request,
+    decision)`` is called (by default, a line at INFO on the
+    ``redis_ratelimit`` logger).
     """
 
     def __init__(
@@ -171,6 +185,9 @@ class Rule:
         fail_open: bool = True,
         legacy_headers: bool = True,
         ietf_headers: bool = True,
+        penalty: Duration | None = None,
+        shadow: bool = False,
+        on_shadow_denied: ShadowHook | None = None,
     ) -> None:
         self.limits = (limits,) if isinstance(limits, Limit) else tuple(limits)
         if not self.limits:
@@ -189,6 +206,9 @@ class Rule:
         self.fail_open = fail_open
         self.legacy_headers = legacy_headers
         self.ietf_headers = ietf_headers
+        self.penalty = penalty
+        self.shadow = shadow
+        self.on_shadow_denied = on_shadow_denied or _log_shadow_denial
         self._outages = _OutageLog()
 
     def command(self, request: Request) -> Command[Decision] | None:
@@ -199,15 +219,19 @@ class Rule:
         cost = self.cost(request) if callable(self.cost) else self.cost
         base = f"{self.prefix}:{{{identity}}}:" + (f"{self.scope}:" if self.scope else "")
         keys = [base + name for name in self.names]
+        options = commands.CheckOptions(cost=cost, penalty=self.penalty, shadow=self.shadow)
         if len(self.limits) == 1:
-            return commands.check(keys[0], self.limits[0], cost=cost)
-        return commands.check_all(zip(keys, self.limits, strict=True), cost=cost)
+            return commands.check(keys[0], self.limits[0], **options)
+        return commands.check_all(zip(keys, self.limits, strict=True), **options)
 
-    def verdict(self, decision: Decision) -> Verdict:
+    def verdict(self, decision: Decision, request: Request) -> Verdict:
         """Denied: 429 with the headers (``Retry-After`` unless the request
-        can never pass). Allowed: the app's response, with the headers."""
+        can never pass). Allowed: the app's response, with the headers;
+        a shadow denial is told to `on_shadow_denied` first."""
         headers = list(decision.headers(legacy=self.legacy_headers, ietf=self.ietf_headers).items())
         if decision.allowed:
+            if decision.shadow_denied:
+                self.on_shadow_denied(request, decision)
             return Verdict(headers=headers)
         retry = decision.retry_after_header()
         text = (
@@ -224,6 +248,16 @@ class Rule:
             return PASS
         text = "Service unavailable: the rate limiter cannot be reached.\n"
         return Verdict(response=_text_response(503, "Service Unavailable", text, []))
+
+
+def _log_shadow_denial(request: Request, decision: Decision) -> None:
+    retry = decision.retry_after
+    logger.info(
+        "shadow rate limit would have denied %s %s (%s)",
+        request.method,
+        request.path,
+        "it can never pass" if retry is None else f"retry in {retry.total_seconds():g} s",
+    )
 
 
 def _text_response(status: int, reason: str, text: str, headers: list[tuple[str, str]]) -> Response:
@@ -287,4 +321,4 @@ def decide(rule: Rule, request: Request, run: Callable[[Command[Decision]], Deci
         decision = run(command)
     except UNREACHABLE as error:
         return rule.unreachable(error)
-    return rule.verdict(decision)
+    return rule.verdict(decision, request)
