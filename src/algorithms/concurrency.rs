@@ -394,8 +394,33 @@ impl State for Leases {
 mod tests {
     use super::*;
     use crate::algorithms::testkit::encode as encoded;
+    use crate::algorithms::Registered;
 
     const T0: i64 = 1_700_000_000_000;
+
+    #[test]
+    fn leases_written_in_the_order_taken_are_read_and_written_back_sorted() {
+        // Versions before the indexed set wrote leases as they were taken:
+        // here "late" (ends later) before "early". Their RDB files load.
+        let mut old = vec![Leases::TAG];
+        put_u64(&mut old, 3);
+        put_u64(&mut old, 30_000);
+        put_i64(&mut old, T0);
+        put_u64(&mut old, 2);
+        for (end, id) in [(T0 + 30_000, &b"late"[..]), (T0 + 10_000, b"early")] {
+            put_i64(&mut old, end);
+            old.push(id.len() as u8);
+            old.extend_from_slice(id);
+        }
+        let leases = Leases::decode(&old).unwrap();
+        let written = encoded(&leases);
+        assert_ne!(written, old, "written back sorted");
+        assert_eq!(encoded(&Leases::decode(&written).unwrap()), written);
+        assert_eq!(written.len(), old.len());
+        let early_at = written.windows(5).position(|w| w == b"early").unwrap();
+        let late_at = written.windows(4).position(|w| w == b"late").unwrap();
+        assert!(early_at < late_at, "the earlier end first");
+    }
 
     fn params(limit: u64, lease_ms: u64) -> LeaseParams {
         LeaseParams { limit, lease_ms }
