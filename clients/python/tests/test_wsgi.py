@@ -13,6 +13,8 @@ from redis_ratelimit import Decision, FixedWindow, RateLimiter, SlidingLog, Toke
 from redis_ratelimit.web import RateLimitWSGIMiddleware, user
 from redis_ratelimit.web.flask import rate_limit
 
+from .servers import Server
+
 
 def flask_app(calls: list[str]) -> flask.Flask:
     app = flask.Flask(__name__)
@@ -146,6 +148,26 @@ def test_unreachable_redis_fails_as_chosen_in_the_decorator(
         return "x"
 
     assert get(app, "/x").status_code == status
+
+
+@pytest.mark.parametrize(("fail_open", "status"), [(True, 200), (False, 503)])
+def test_a_server_out_of_memory_for_a_new_key_fails_as_chosen(fail_open: bool, status: int) -> None:
+    server = Server()
+    try:
+        client = redis.Redis(port=server.port)
+        # noeviction, and a limit below what the server already uses: the
+        # module refuses to create a key with Redis's OOM error.
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", 1)
+        calls: list[str] = []
+        app = flask_app(calls)
+        app.wsgi_app = RateLimitWSGIMiddleware(  # type: ignore[method-assign]
+            app.wsgi_app, redis=client, limits=FixedWindow(1, "1h"), fail_open=fail_open
+        )
+        assert get(app, "/hello").status_code == status
+        assert calls == (["hello"] if fail_open else [])
+    finally:
+        server.stop()
 
 
 def test_two_limits_of_one_name_are_refused_when_the_rule_is_made(r: redis.Redis) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from redis.exceptions import ClusterDownError
+from redis.exceptions import ClusterDownError, OutOfMemoryError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -29,11 +29,14 @@ from ..units import Duration
 
 logger = logging.getLogger("redis_ratelimit")
 
-#: The errors that mean Redis cannot be reached (down, refused, timed out,
-#: cluster without a primary for the slot): these, and only these, are
-#: answered by the fail-open/fail-closed choice. An error reply (a bad
-#: limit, a WRONGTYPE key) is a bug to see, and is raised.
-UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ClusterDownError)
+#: The errors that mean Redis cannot decide: it cannot be reached (down,
+#: refused, timed out, cluster without a primary for the slot), or it is at
+#: `maxmemory` and refuses to create the key (``OOM ...``: the module keeps
+#: deciding for existing keys, but a client it never saw needs a new one).
+#: These, and only these, are answered by the fail-open/fail-closed choice.
+#: Any other error reply (a bad limit, a WRONGTYPE key) is a bug to see, and
+#: is raised.
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ClusterDownError, OutOfMemoryError)
 
 
 @dataclass(frozen=True)
@@ -242,7 +245,8 @@ class Rule:
         return Verdict(response=_text_response(429, "Too Many Requests", text, headers))
 
     def unreachable(self, error: Exception) -> Verdict:
-        """Redis could not be asked: pass, or 503, as `fail_open` says."""
+        """Redis could not decide (unreachable, or out of memory for a new
+        key): pass, or 503, as `fail_open` says."""
         self._outages.note(error, self.fail_open)
         if self.fail_open:
             return PASS
@@ -293,7 +297,7 @@ class _OutageLog:
                 return
             count, self._count, self._last = self._count, 0, now
         logger.warning(
-            "rate limiter cannot reach Redis (%s: %s); %d request(s) %s since the last message",
+            "rate limiter cannot ask Redis (%s: %s); %d request(s) %s since the last message",
             type(error).__name__,
             error,
             count,
