@@ -98,6 +98,11 @@ pub fn check_options(
 /// penalty when it gets its turn. `SHADOW` with `PENALTY` is accepted (a
 /// rule with a penalty in shadow mode), and starts no penalty.
 pub(crate) fn exclusive(options: &CheckOptions) -> Result<(), CommandError> {
+    // Most requests give none of them: checked on every request.
+    let changes = options.block_ms.is_some() || options.penalty_ms.is_some() || options.shadow;
+    if !changes {
+        return Ok(());
+    }
     let given = [
         ("PEEK", options.peek),
         ("BLOCK", options.block_ms.is_some()),

@@ -452,7 +452,7 @@ unsafe extern "C" fn timeout_callback(
             let (command, glue_at) = waiter.request.replayed_as();
             let run = Run::live(ctx, command, glue_at);
             match waiter.request.decide(&run, &keys, Mode::Peek) {
-                Ok(outcome) => answer(&run, &waiter.request, &keys, outcome.denied(1)),
+                Ok(outcome) => answer(&run, &waiter.request, &keys, &outcome.denied(1)),
                 Err(error) => ctx.reply_error(&error),
             };
         }

@@ -40,6 +40,7 @@ pub enum Request {
 }
 
 /// What a request is answered.
+#[derive(Clone)]
 pub enum Outcome {
     Decision(Decision),
     Throttle(Decision),
@@ -313,7 +314,7 @@ pub fn respond(run: &Run<'_>, args: &Args<'_>, request: Request, keys: &[KeyName
         return match request.decide(run, keys, Mode::Peek) {
             Ok(outcome) => {
                 let outcome = outcome.denied(waiters::next_turn_ms(ctx, keys));
-                answer(run, &request, keys, outcome)
+                answer(run, &request, keys, &outcome)
             }
             Err(error) => ctx.reply_error(&error),
         };
@@ -332,7 +333,7 @@ pub fn respond(run: &Run<'_>, args: &Args<'_>, request: Request, keys: &[KeyName
             return waiters::wait(ctx, args, request, keys, block_ms, Some(retry));
         }
     }
-    answer(run, &request, keys, outcome)
+    answer(run, &request, keys, &outcome)
 }
 
 /// Counts a decided request (a peek is not a request), announces a denial
@@ -340,7 +341,7 @@ pub fn respond(run: &Run<'_>, args: &Args<'_>, request: Request, keys: &[KeyName
 /// replies. A `SHADOW` request's denial is counted and announced as such
 /// (not for `RL.TOP`: nothing was denied), and answered allowed (see
 /// [`Outcome::shadowed`]).
-pub fn answer(run: &Run<'_>, request: &Request, keys: &[KeyName<'_>], outcome: Outcome) -> Status {
+pub fn answer(run: &Run<'_>, request: &Request, keys: &[KeyName<'_>], outcome: &Outcome) -> Status {
     let shadow = request.shadow();
     if request.mode() == Mode::Take {
         let allowed = outcome.decision().allowed;
@@ -355,7 +356,7 @@ pub fn answer(run: &Run<'_>, request: &Request, keys: &[KeyName<'_>], outcome: O
         }
     }
     if shadow {
-        outcome.shadowed().reply(run.ctx)
+        outcome.clone().shadowed().reply(run.ctx)
     } else {
         outcome.reply(run.ctx)
     }
