@@ -391,10 +391,18 @@ fn memory_per_key_of_every_type() {
         report.push(format!("{cmd}: {} B", usage(&mut con, &key)));
         // Its penalized form (PENALTY) next to the same state without:
         // 8 bytes more, which may round up to the allocator's next size.
+        // The limit taken in one request, then one denied: a state that
+        // does not depend on the milliseconds the requests fall in (the
+        // sliding log merges the requests of one millisecond).
         let (drained, locked) = (format!("d:{i}"), format!("p:{i}"));
-        for _ in 0..6 {
-            check(&mut con, &words(cmd, &drained, params, &[]));
-            check(&mut con, &words(cmd, &locked, params, &["PENALTY", "1h"]));
+        for (key, extra) in [(&drained, &[][..]), (&locked, &["PENALTY", "1h"][..])] {
+            let taken = check(
+                &mut con,
+                &words(cmd, key, params, &[&["COST", "5"], extra].concat()),
+            );
+            assert_eq!(taken[0], 1, "{cmd}: {taken:?}");
+            let denied = check(&mut con, &words(cmd, key, params, extra));
+            assert_eq!(denied[0], 0, "{cmd}: {denied:?}");
         }
         let (plain, penalized) = (usage(&mut con, &drained), usage(&mut con, &locked));
         report.push(format!(
