@@ -10,25 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// Each algorithm's command with parameters giving a limit of 5 and a slow
-/// refill, so that a test's own duration changes nothing.
-const SPECS: &[(&str, &[&str])] = &[
-    ("RL.TOKENBUCKET", &["5", "0.001"]),
-    ("RL.SLIDINGCOUNTER", &["5", "1h", "PRECISION", "3"]),
-    ("RL.FIXEDWINDOW", &["5", "1h"]),
-    ("RL.SLIDINGLOG", &["5", "1h"]),
-    ("RL.LEAKYBUCKET", &["5", "0.001"]),
-    ("RL.GCRA", &["4", "1", "1h"]),
-];
-// Every algorithm of the registry, once: else the build fails.
-const _: () = every_command_once(SPECS, &[]);
-
-fn words<'a>(cmd: &'a str, key: &'a str, params: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
-    let mut w = vec![cmd, key];
-    w.extend_from_slice(params);
-    w.extend_from_slice(extra);
-    w
-}
+const SPECS: &[(&str, &[&str])] = LIMIT_5;
 
 #[test]
 fn every_algorithm_allows_its_limit_then_denies_and_a_denial_changes_nothing() {
@@ -37,13 +19,13 @@ fn every_algorithm_allows_its_limit_then_denies_and_a_denial_changes_nothing() {
     for &(cmd, params) in SPECS {
         let key = format!("lim:{cmd}");
         for left in (0..5).rev() {
-            let r = check(&mut con, &words(cmd, &key, params, &[]));
+            let r = check(&mut con, &command_words(cmd, &key, params, &[]));
             assert_eq!(&r[..4], &[1, 5, left, 0], "{cmd}");
             assert!(r[4] > 0, "{cmd}: reset_after {r:?}");
         }
         let before = (dump(&mut con, &key), pttl(&mut con, &key));
         sleep(Duration::from_millis(3));
-        let r = check(&mut con, &words(cmd, &key, params, &[]));
+        let r = check(&mut con, &command_words(cmd, &key, params, &[]));
         assert_eq!(&r[..3], &[0, 5, 0], "{cmd}");
         assert!(r[3] > 0, "{cmd}: retry_after {r:?}");
         assert_eq!(
@@ -55,7 +37,7 @@ fn every_algorithm_allows_its_limit_then_denies_and_a_denial_changes_nothing() {
             pttl(&mut con, &key) <= before.1,
             "{cmd}: a denial extended the TTL"
         );
-        let r = check(&mut con, &words(cmd, &key, params, &["COST", "6"]));
+        let r = check(&mut con, &command_words(cmd, &key, params, &["COST", "6"]));
         assert_eq!((r[0], r[3]), (0, -1), "{cmd}: cost above the limit");
     }
 }
@@ -66,14 +48,20 @@ fn peek_on_every_algorithm_changes_nothing() {
     let mut con = server.connect();
     for &(cmd, params) in SPECS {
         let key = format!("peek:{cmd}");
-        let r = check(&mut con, &words(cmd, &key, params, &["PEEK"]));
+        let r = check(&mut con, &command_words(cmd, &key, params, &["PEEK"]));
         assert_eq!(&r[..4], &[1, 5, 5, 0], "{cmd}");
         assert!(!exists(&mut con, &key), "{cmd}: PEEK created the key");
-        check(&mut con, &words(cmd, &key, params, &["COST", "2"]));
+        check(&mut con, &command_words(cmd, &key, params, &["COST", "2"]));
         let before = dump(&mut con, &key);
-        let r = check(&mut con, &words(cmd, &key, params, &["PEEK", "COST", "3"]));
+        let r = check(
+            &mut con,
+            &command_words(cmd, &key, params, &["PEEK", "COST", "3"]),
+        );
         assert_eq!(&r[..3], &[1, 5, 3], "{cmd}");
-        let r = check(&mut con, &words(cmd, &key, params, &["PEEK", "COST", "4"]));
+        let r = check(
+            &mut con,
+            &command_words(cmd, &key, params, &["PEEK", "COST", "4"]),
+        );
         assert_eq!(&r[..3], &[0, 5, 3], "{cmd}");
         assert_eq!(dump(&mut con, &key), before, "{cmd}: PEEK changed the key");
     }
@@ -88,7 +76,7 @@ fn each_algorithm_refuses_every_other_type_with_wrongtype() {
     let mut keys = vec!["string".to_string(), "list".to_string()];
     for &(cmd, params) in SPECS {
         let key = format!("own:{cmd}");
-        check(&mut con, &words(cmd, &key, params, &[]));
+        check(&mut con, &command_words(cmd, &key, params, &[]));
         keys.push(key);
     }
     let wrongtype = "WRONGTYPE Operation against a key holding the wrong kind of value";
@@ -100,7 +88,7 @@ fn each_algorithm_refuses_every_other_type_with_wrongtype() {
             let before = dump(&mut con, key);
             for extra in [&[][..], &["PEEK"]] {
                 assert_eq!(
-                    error_of(&mut con, &words(cmd, key, params, extra)),
+                    error_of(&mut con, &command_words(cmd, key, params, extra)),
                     wrongtype,
                     "{cmd} on {key}"
                 );
@@ -192,7 +180,7 @@ fn cl_throttle_refuses_what_crashed_or_corrupted_redis_cell() {
             "ERR wrong number of arguments for 'cl.throttle' command",
         ),
     ] {
-        let w = words("CL.THROTTLE", "k", args, &[]);
+        let w = command_words("CL.THROTTLE", "k", args, &[]);
         let got = error_of(&mut con, &w);
         assert!(got.starts_with(want), "{args:?}: {got}");
         assert!(!exists(&mut con, "k"), "{args:?} created a key");
@@ -265,7 +253,7 @@ fn bad_input_to_the_other_algorithms_gets_a_clear_error() {
             "ERR syntax error",
         ),
     ] {
-        let got = error_of(&mut con, &words(cmd, "k", args, &[]));
+        let got = error_of(&mut con, &command_words(cmd, "k", args, &[]));
         assert!(got.starts_with(want), "{cmd} {args:?}: {got}");
         assert!(!exists(&mut con, "k"));
     }
@@ -282,7 +270,7 @@ fn every_type_survives_reload_and_replicates_by_effect() {
         for i in 0..3 {
             let key = format!("rep:{cmd}:{i}");
             for _ in 0..=i {
-                check(&mut p, &words(cmd, &key, params, &[]));
+                check(&mut p, &command_words(cmd, &key, params, &[]));
             }
             keys.push(key);
         }
@@ -323,7 +311,7 @@ fn fixed_window_resets_at_epoch_aligned_boundaries_and_the_log_is_exact() {
     );
     // The key expires when the window ends, or up to the default expiry
     // slack (1 s) later.
-    let expires: i64 = redis::cmd("PEXPIRETIME").arg(&key).query(&mut con).unwrap();
+    let expires = expiry_time(&mut con, &key);
     assert!(
         (window_end..=window_end + 1000).contains(&expires),
         "expires at {expires}, the window ends at {window_end}"
@@ -401,7 +389,7 @@ fn memory_per_key_of_every_type() {
     let mut report = vec![format!("INCR counter: {} B", usage(&mut con, "k:i"))];
     for (i, &(cmd, params)) in SPECS.iter().enumerate() {
         let key = format!("k:{i}");
-        check(&mut con, &words(cmd, &key, params, &[]));
+        check(&mut con, &command_words(cmd, &key, params, &[]));
         report.push(format!("{cmd}: {} B", usage(&mut con, &key)));
         // Its penalized form (PENALTY) next to the same state without:
         // 8 bytes more, which may round up to the allocator's next size.
@@ -412,10 +400,10 @@ fn memory_per_key_of_every_type() {
         for (key, extra) in [(&drained, &[][..]), (&locked, &["PENALTY", "1h"][..])] {
             let taken = check(
                 &mut con,
-                &words(cmd, key, params, &[&["COST", "5"], extra].concat()),
+                &command_words(cmd, key, params, &[&["COST", "5"], extra].concat()),
             );
             assert_eq!(taken[0], 1, "{cmd}: {taken:?}");
-            let denied = check(&mut con, &words(cmd, key, params, extra));
+            let denied = check(&mut con, &command_words(cmd, key, params, extra));
             assert_eq!(denied[0], 0, "{cmd}: {denied:?}");
         }
         let (plain, penalized) = (usage(&mut con, &drained), usage(&mut con, &locked));

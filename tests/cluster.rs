@@ -27,12 +27,6 @@ const COMMANDS: &[(&str, &[&str])] = &[
 // build fails.
 const _: () = every_command_once(COMMANDS, &["CL.THROTTLE"]);
 
-fn words<'a>(command: &'a str, key: &'a str, params: &[&'a str]) -> Vec<&'a str> {
-    let mut words = vec![command, key];
-    words.extend_from_slice(params);
-    words
-}
-
 /// Waits (up to 2 s) until a replica of every primary has acknowledged the
 /// writes made through `client`, and returns how many did at least (the
 /// smallest count over the primaries). `WAIT` counts the writes of the
@@ -92,7 +86,7 @@ fn every_check_command_is_routed_to_the_primary_of_its_key_and_replicated() {
     let primaries = cluster.primaries();
     for &(command, params) in COMMANDS {
         let key = format!("{command}:key");
-        let reply = check(&mut client, &words(command, &key, params));
+        let reply = check(&mut client, &command_words(command, &key, params, &[]));
         let allowed = if command == "CL.THROTTLE" { 0 } else { 1 };
         assert_eq!(reply[0], allowed, "{command} through the cluster client");
         assert_eq!(reply[1], 10, "{command} limit");
@@ -119,7 +113,7 @@ fn every_check_command_is_routed_to_the_primary_of_its_key_and_replicated() {
         let other = *primaries.iter().find(|&&p| p != owner).unwrap();
         let err = run(
             &mut cluster.nodes[other].connect(),
-            &words(command, &key, params),
+            &command_words(command, &key, params, &[]),
         )
         .unwrap_err();
         assert_eq!(err.code(), Some("MOVED"), "{command} on another primary");

@@ -12,10 +12,6 @@ use std::time::Duration;
 
 use common::*;
 
-fn expiry(con: &mut redis::Connection, key: &str) -> i64 {
-    redis::cmd("PEXPIRETIME").arg(key).query(con).unwrap()
-}
-
 /// Waits until `replica` has processed all `primary` sent.
 fn caught_up(primary: &mut redis::Connection, replica: &mut redis::Connection) {
     let offset = |con: &mut redis::Connection| -> i64 {
@@ -37,21 +33,24 @@ fn an_expiry_stays_in_its_band_and_moves_only_when_it_leaves_it() {
     // bucket is full again by 100 ms, less than the 1 s slack.
     let words = ["RL.TOKENBUCKET", "tb", "100", "10"];
     let first = check(&mut con, &words);
-    let set = expiry(&mut con, "tb");
+    let set = expiry_time(&mut con, "tb");
     let now = server_time_ms(&mut con);
     assert!((now + first[4]..=now + first[4] + 1000).contains(&set));
     for _ in 0..5 {
         check(&mut con, &words);
     }
     assert_eq!(
-        expiry(&mut con, "tb"),
+        expiry_time(&mut con, "tb"),
         set,
         "moved though still in its band"
     );
     for _ in 0..10 {
         check(&mut con, &words);
     }
-    assert!(expiry(&mut con, "tb") > set, "left behind by the state");
+    assert!(
+        expiry_time(&mut con, "tb") > set,
+        "left behind by the state"
+    );
 }
 
 #[test]
@@ -97,7 +96,7 @@ fn rdb_and_the_aof_keep_a_removed_expiry_until_the_next_request() {
         check(&mut con, &["RL.SLIDINGLOG", "log", "5", "1h"]);
         check(&mut con, &["RL.SLIDINGLOG", "kept", "5", "1h"]);
         run(&mut con, &["PERSIST", "log"]).unwrap();
-        let kept = expiry(&mut con, "kept");
+        let kept = expiry_time(&mut con, "kept");
         if args[1] == "no" {
             run(&mut con, &["DEBUG", "RELOAD"]).unwrap();
         } else {
@@ -115,7 +114,11 @@ fn rdb_and_the_aof_keep_a_removed_expiry_until_the_next_request() {
             -1,
             "{args:?}: the removed expiry came back"
         );
-        assert_eq!(expiry(&mut con, "kept"), kept, "{args:?}: the expiry moved");
+        assert_eq!(
+            expiry_time(&mut con, "kept"),
+            kept,
+            "{args:?}: the expiry moved"
+        );
         check(&mut con, &["RL.SLIDINGLOG", "log", "5", "1h"]);
         assert!(
             pttl(&mut con, "log") > 0,
@@ -132,12 +135,12 @@ fn a_replica_keeps_the_primarys_expiry_through_persist_and_its_repair() {
     check(&mut p, &["RL.LEAKYBUCKET", "lb", "1", "0.001"]);
     run(&mut p, &["PERSIST", "lb"]).unwrap();
     caught_up(&mut p, &mut r);
-    assert_eq!(expiry(&mut r, "lb"), -1);
+    assert_eq!(expiry_time(&mut r, "lb"), -1);
     assert_eq!(check(&mut p, &["RL.LEAKYBUCKET", "lb", "1", "0.001"])[0], 0);
     caught_up(&mut p, &mut r);
-    let repaired = expiry(&mut p, "lb");
+    let repaired = expiry_time(&mut p, "lb");
     assert!(repaired > 0);
-    assert_eq!(expiry(&mut r, "lb"), repaired);
+    assert_eq!(expiry_time(&mut r, "lb"), repaired);
     assert_eq!(digest_value(&mut p, "lb"), digest_value(&mut r, "lb"));
 }
 
@@ -153,7 +156,7 @@ fn a_replica_with_another_slack_sets_the_primarys_expiry() {
         check(&mut p, &["RL.TOKENBUCKET", "tb", "10", "1"]);
     }
     caught_up(&mut p, &mut r);
-    assert_eq!(expiry(&mut r, "tb"), expiry(&mut p, "tb"));
+    assert_eq!(expiry_time(&mut r, "tb"), expiry_time(&mut p, "tb"));
 }
 
 #[test]

@@ -14,18 +14,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use redis::Value;
 
-/// Each algorithm's command with parameters giving a limit of 5 and a slow
-/// refill, so that a test's own duration changes nothing.
-const SPECS: &[(&str, &[&str])] = &[
-    ("RL.TOKENBUCKET", &["5", "0.001"]),
-    ("RL.SLIDINGCOUNTER", &["5", "1h", "PRECISION", "3"]),
-    ("RL.FIXEDWINDOW", &["5", "1h"]),
-    ("RL.SLIDINGLOG", &["5", "1h"]),
-    ("RL.LEAKYBUCKET", &["5", "0.001"]),
-    ("RL.GCRA", &["4", "1", "1h"]),
-];
-// Every algorithm of the registry, once: else the build fails.
-const _: () = every_command_once(SPECS, &[]);
+const SPECS: &[(&str, &[&str])] = LIMIT_5;
 
 const HOUR_MS: i64 = 3_600_000;
 /// Longer than any algorithm's own wait under `SPECS` (the sliding counter's
@@ -33,13 +22,6 @@ const HOUR_MS: i64 = 3_600_000;
 /// wall clock falls in its bucket), so the reply's wait is the penalty's.
 const PENALTY: &str = "2h";
 const PENALTY_MS: i64 = 2 * HOUR_MS;
-
-fn words<'a>(cmd: &'a str, key: &'a str, params: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
-    let mut w = vec![cmd, key];
-    w.extend_from_slice(params);
-    w.extend_from_slice(extra);
-    w
-}
 
 /// One field of `RL.INFO key`, as an integer (`None` when absent).
 fn info_int(con: &mut redis::Connection, key: &str, field: &str) -> Option<i64> {
@@ -56,17 +38,13 @@ fn key_type(con: &mut redis::Connection, key: &str) -> String {
     redis::cmd("TYPE").arg(key).query(con).unwrap()
 }
 
-fn expiry(con: &mut redis::Connection, key: &str) -> i64 {
-    redis::cmd("PEXPIRETIME").arg(key).query(con).unwrap()
-}
-
 #[test]
 fn every_algorithm_locks_its_key_on_a_denial_with_a_penalty_and_never_extends_it() {
     let server = Server::start(&[]);
     let mut con = server.connect();
     for &(cmd, params) in SPECS {
         let key = format!("login:{cmd}");
-        let with_penalty = words(cmd, &key, params, &["PENALTY", PENALTY]);
+        let with_penalty = command_words(cmd, &key, params, &["PENALTY", PENALTY]);
         for _ in 0..5 {
             assert_eq!(check(&mut con, &with_penalty)[0], 1, "{cmd}");
         }
@@ -94,7 +72,7 @@ fn every_algorithm_locks_its_key_on_a_denial_with_a_penalty_and_never_extends_it
             "{cmd}: {until}"
         );
         assert!(
-            expiry(&mut con, &key) >= until,
+            expiry_time(&mut con, &key) >= until,
             "{cmd}: the expiry covers the penalty"
         );
 
@@ -106,8 +84,11 @@ fn every_algorithm_locks_its_key_on_a_denial_with_a_penalty_and_never_extends_it
         assert_eq!(&again[..3], &[0, 5, 0], "{cmd}");
         assert!(again[3] < first[3], "{cmd}: extended: {again:?}");
         assert_eq!(info_int(&mut con, &key, "penalty_until_ms"), Some(until));
-        assert_eq!(check(&mut con, &words(cmd, &key, params, &[]))[0], 0);
-        let peek = check(&mut con, &words(cmd, &key, params, &["PEEK"]));
+        assert_eq!(
+            check(&mut con, &command_words(cmd, &key, params, &[]))[0],
+            0
+        );
+        let peek = check(&mut con, &command_words(cmd, &key, params, &["PEEK"]));
         assert_eq!(&peek[..3], &[0, 5, 0], "{cmd}: PEEK reports the penalty");
         assert!(peek[3] > PENALTY_MS - 60_000, "{cmd}: {peek:?}");
         let name = cmd.trim_start_matches("RL.");
@@ -117,7 +98,10 @@ fn every_algorithm_locks_its_key_on_a_denial_with_a_penalty_and_never_extends_it
         // Other parameters (a higher limit) do not lift it either.
         let mut higher: Vec<&str> = params.to_vec();
         higher[0] = "50";
-        assert_eq!(check(&mut con, &words(cmd, &key, &higher, &[]))[0], 0);
+        assert_eq!(
+            check(&mut con, &command_words(cmd, &key, &higher, &[]))[0],
+            0
+        );
         assert_eq!(dump(&mut con, &key), state, "{cmd}: the state changed");
         assert_eq!(
             run(&mut con, &["GET", &key]).unwrap_err().code(),
@@ -134,14 +118,14 @@ fn a_request_that_can_never_pass_starts_no_penalty() {
         let key = format!("k:{cmd}");
         let r = check(
             &mut con,
-            &words(cmd, &key, params, &["COST", "6", "PENALTY", "1h"]),
+            &command_words(cmd, &key, params, &["COST", "6", "PENALTY", "1h"]),
         );
         assert_eq!((r[0], r[3]), (0, -1), "{cmd}");
         assert!(!exists(&mut con, &key), "{cmd}: a key was made");
-        check(&mut con, &words(cmd, &key, params, &[]));
+        check(&mut con, &command_words(cmd, &key, params, &[]));
         check(
             &mut con,
-            &words(cmd, &key, params, &["COST", "6", "PENALTY", "1h"]),
+            &command_words(cmd, &key, params, &["COST", "6", "PENALTY", "1h"]),
         );
         assert!(key_type(&mut con, &key).starts_with("rl_"), "{cmd}");
     }
@@ -245,7 +229,9 @@ fn in_all_the_tiers_that_denied_get_the_penalty() {
     assert_eq!(denied[1][0], 1, "the loose tier allowed on its own");
     assert_eq!(key_type(&mut con, "tight"), "rp_fixwin");
     assert_eq!(key_type(&mut con, "loose"), "rl_fixwin");
-    assert!(expiry(&mut con, "tight") >= info_int(&mut con, "tight", "penalty_until_ms").unwrap());
+    assert!(
+        expiry_time(&mut con, "tight") >= info_int(&mut con, "tight", "penalty_until_ms").unwrap()
+    );
     // The tight key is locked for its own command too, the loose one not.
     assert_eq!(
         check(&mut con, &["RL.FIXEDWINDOW", "tight", "100", "1h"])[0],
@@ -278,7 +264,7 @@ fn caught_up(primary: &mut redis::Connection, replica: &mut redis::Connection) {
 /// What must be the same wherever a key is: its state, type and expiry.
 fn snapshot(con: &mut redis::Connection, keys: &[&str]) -> Vec<(Option<Vec<u8>>, String, i64)> {
     keys.iter()
-        .map(|k| (dump(con, k), key_type(con, k), expiry(con, k)))
+        .map(|k| (dump(con, k), key_type(con, k), expiry_time(con, k)))
         .collect()
 }
 

@@ -23,13 +23,6 @@ const SPECS: &[(&str, &[&str])] = &[
 // Every algorithm of the registry, once: else the build fails.
 const _: () = every_command_once(SPECS, &[]);
 
-fn words<'a>(cmd: &'a str, key: &'a str, params: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
-    let mut w = vec![cmd, key];
-    w.extend_from_slice(params);
-    w.extend_from_slice(extra);
-    w
-}
-
 fn count(con: &mut redis::Connection, field: &str) -> i64 {
     info_field(con, "ratelimit", &format!("ratelimit_{field}"))
         .parse()
@@ -42,7 +35,7 @@ fn shadow_takes_what_it_allows_and_answers_a_would_be_denial_allowed_with_its_wa
     let mut con = server.connect();
     for &(cmd, params) in SPECS {
         let key = format!("s:{cmd}");
-        let shadow = words(cmd, &key, params, &["SHADOW"]);
+        let shadow = command_words(cmd, &key, params, &["SHADOW"]);
         for left in (0..3).rev() {
             let r = check(&mut con, &shadow);
             assert_eq!(&r[..4], &[1, 3, left, 0], "{cmd}: allowed, taken");
@@ -54,7 +47,7 @@ fn shadow_takes_what_it_allows_and_answers_a_would_be_denial_allowed_with_its_wa
         assert_eq!(r.len(), 5, "{cmd}: no delay, it joined no queue: {r:?}");
         assert_eq!(dump(&mut con, &key), state, "{cmd}: it took something");
         // Without SHADOW the same request is denied: the limit is real.
-        let denied = check(&mut con, &words(cmd, &key, params, &[]));
+        let denied = check(&mut con, &command_words(cmd, &key, params, &[]));
         assert_eq!(denied[0], 0, "{cmd}");
         assert!(
             (r[3] - 100..=r[3]).contains(&denied[3]),

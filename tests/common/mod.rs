@@ -287,6 +287,11 @@ pub fn pttl(con: &mut impl ConnectionLike, key: &str) -> i64 {
     redis::cmd("PTTL").arg(key).query(con).unwrap()
 }
 
+/// When the key expires, in Unix ms (`PEXPIRETIME`).
+pub fn expiry_time(con: &mut impl ConnectionLike, key: &str) -> i64 {
+    redis::cmd("PEXPIRETIME").arg(key).query(con).unwrap()
+}
+
 pub fn exists(con: &mut impl ConnectionLike, key: &str) -> bool {
     redis::cmd("EXISTS").arg(key).query::<i64>(con).unwrap() == 1
 }
@@ -533,6 +538,33 @@ macro_rules! algorithm_names {
     };
 }
 redis_ratelimit::registry!(algorithm_names);
+
+/// Each algorithm's command with parameters giving a limit of 5 and a slow
+/// refill, so that a test's own duration changes nothing. (The sliding
+/// counter's own wait can pass its hour by up to a 20-minute bucket.)
+pub const LIMIT_5: &[(&str, &[&str])] = &[
+    ("RL.TOKENBUCKET", &["5", "0.001"]),
+    ("RL.SLIDINGCOUNTER", &["5", "1h", "PRECISION", "3"]),
+    ("RL.FIXEDWINDOW", &["5", "1h"]),
+    ("RL.SLIDINGLOG", &["5", "1h"]),
+    ("RL.LEAKYBUCKET", &["5", "0.001"]),
+    ("RL.GCRA", &["4", "1", "1h"]),
+];
+// Every algorithm of the registry, once: else the build fails.
+const _: () = every_command_once(LIMIT_5, &[]);
+
+/// A command's words: the command, its key, its parameters, then `extra`.
+pub fn command_words<'a>(
+    cmd: &'a str,
+    key: &'a str,
+    params: &[&'a str],
+    extra: &[&'a str],
+) -> Vec<&'a str> {
+    let mut w = vec![cmd, key];
+    w.extend_from_slice(params);
+    w.extend_from_slice(extra);
+    w
+}
 
 /// The command of the algorithm `name`: `RL.<NAME>`.
 pub fn command_of(name: &str) -> String {
