@@ -72,11 +72,9 @@ def _refill_ms(amount: int, rate: Rate) -> float | None:
 
 
 @dataclass(frozen=True)
-class TokenBucket(Limit):
-    """``RL.TOKENBUCKET``: starts full with ``capacity`` tokens, refills
-    ``rate`` tokens a second; bursts up to ``capacity``."""
+class _Bucket(Limit):
+    """The parameters of the two buckets: ``capacity``, ``rate`` a second."""
 
-    word: ClassVar[str] = "TOKENBUCKET"
     capacity: int
     rate: Rate
 
@@ -92,88 +90,70 @@ class TokenBucket(Limit):
 
 
 @dataclass(frozen=True)
-class SlidingCounter(Limit):
+class _Window(Limit):
+    """The parameters of the fixed window and the log: ``limit`` per
+    ``window``."""
+
+    limit: int
+    window: Duration
+
+    def params(self) -> list[Arg]:
+        return [self.limit, duration_arg(self.window)]
+
+    @property
+    def quota(self) -> int:
+        return self.limit
+
+    def window_ms(self) -> float | None:
+        return duration_ms(self.window)
+
+
+@dataclass(frozen=True)
+class TokenBucket(_Bucket):
+    """``RL.TOKENBUCKET``: starts full with ``capacity`` tokens, refills
+    ``rate`` tokens a second; bursts up to ``capacity``."""
+
+    word: ClassVar[str] = "TOKENBUCKET"
+
+
+@dataclass(frozen=True)
+class SlidingCounter(_Window):
     """``RL.SLIDINGCOUNTER``: about ``limit`` requests in any ``window``,
     estimated from ``precision`` counters (the server's default, 1, when
     None)."""
 
     word: ClassVar[str] = "SLIDINGCOUNTER"
-    limit: int
-    window: Duration
     precision: int | None = None
 
     def params(self) -> list[Arg]:
-        words: list[Arg] = [self.limit, duration_arg(self.window)]
+        words = super().params()
         if self.precision is not None:
             words += ["PRECISION", self.precision]
         return words
 
-    @property
-    def quota(self) -> int:
-        return self.limit
-
-    def window_ms(self) -> float | None:
-        return duration_ms(self.window)
-
 
 @dataclass(frozen=True)
-class FixedWindow(Limit):
+class FixedWindow(_Window):
     """``RL.FIXEDWINDOW``: ``limit`` requests per ``window``, windows
     aligned to the Unix epoch."""
 
     word: ClassVar[str] = "FIXEDWINDOW"
-    limit: int
-    window: Duration
-
-    def params(self) -> list[Arg]:
-        return [self.limit, duration_arg(self.window)]
-
-    @property
-    def quota(self) -> int:
-        return self.limit
-
-    def window_ms(self) -> float | None:
-        return duration_ms(self.window)
 
 
 @dataclass(frozen=True)
-class SlidingLog(Limit):
+class SlidingLog(_Window):
     """``RL.SLIDINGLOG``: exactly at most ``limit`` requests in any
     ``window``."""
 
     word: ClassVar[str] = "SLIDINGLOG"
-    limit: int
-    window: Duration
-
-    def params(self) -> list[Arg]:
-        return [self.limit, duration_arg(self.window)]
-
-    @property
-    def quota(self) -> int:
-        return self.limit
-
-    def window_ms(self) -> float | None:
-        return duration_ms(self.window)
 
 
 @dataclass(frozen=True)
-class LeakyBucket(Limit):
+class LeakyBucket(_Bucket):
     """``RL.LEAKYBUCKET``: a queue of ``capacity`` leaving at ``rate`` a
     second; an allowed decision says how long to wait (``delay``)."""
 
     word: ClassVar[str] = "LEAKYBUCKET"
-    capacity: int
-    rate: Rate
-
-    def params(self) -> list[Arg]:
-        return [self.capacity, decimal_arg(self.rate)]
-
-    @property
-    def quota(self) -> int:
-        return self.capacity
-
-    def window_ms(self) -> float | None:
-        return _refill_ms(self.capacity, self.rate)
 
 
 @dataclass(frozen=True)
