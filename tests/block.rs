@@ -75,9 +75,10 @@ fn a_second_caller_is_allowed_when_the_bucket_refills_and_not_before() {
 fn waiters_are_allowed_in_the_order_they_arrived() {
     let server = Server::start(&[]);
     let mut con = server.connect();
-    // Empty, refilling 20 a second. The first waiter needs all 10 tokens
-    // (500 ms), so every later one queues behind it.
-    check(&mut con, &["RL.TOKENBUCKET", "q", "10", "20", "COST", "10"]);
+    // Empty, refilling 5 a second. The first waiter needs all 10 tokens
+    // (2 s, time enough to queue the others on a loaded machine), so every
+    // later one queues behind it; then one every 200 ms.
+    check(&mut con, &["RL.TOKENBUCKET", "q", "10", "5", "COST", "10"]);
     let start = Instant::now();
     let mut waiters = Vec::new();
     for i in 0..10 {
@@ -86,11 +87,11 @@ fn waiters_are_allowed_in_the_order_they_arrived() {
             "RL.TOKENBUCKET",
             "q",
             "10",
-            "20",
+            "5",
             "COST",
             cost,
             "BLOCK",
-            "5000",
+            "10000",
         ]);
         waiters.push((i, send(server.port, w, start)));
         blocked(&mut con, i + 1);
