@@ -1,7 +1,9 @@
 //! At `maxmemory` (with `noeviction`) the limiter keeps deciding: what needs
 //! no new memory (peeks, denials, updates of a key in place) is answered;
 //! only what would create a key or grow its state is refused, with Redis's
-//! own OOM error, and changes nothing.
+//! own OOM error, and changes nothing. Under an eviction policy, a new key
+//! is refused only when Redis would refuse a write of its own (nothing left
+//! to evict), never while eviction makes room.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -202,4 +204,127 @@ fn a_replica_never_refuses_what_its_primary_decided() {
             "{key}"
         );
     }
+}
+
+/// Sends `n` commands made by `words_of(i)` down one connection, pipelined
+/// in batches, and counts the error replies (the replies here are simple
+/// strings, errors, or arrays of integers).
+fn errors_of(port: u16, n: usize, words_of: impl Fn(usize) -> Vec<String>) -> usize {
+    use std::io::{BufRead, BufReader, Write};
+    let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut writer = stream;
+    let mut errors = 0;
+    let mut line = String::new();
+    for batch in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let mut out = Vec::new();
+        for &i in batch {
+            let words = words_of(i);
+            out.extend_from_slice(format!("*{}\r\n", words.len()).as_bytes());
+            for w in &words {
+                out.extend_from_slice(format!("${}\r\n{w}\r\n", w.len()).as_bytes());
+            }
+        }
+        writer.write_all(&out).unwrap();
+        for _ in batch {
+            line.clear();
+            reader.read_line(&mut line).unwrap();
+            match line.as_bytes().first() {
+                Some(b'-') => errors += 1,
+                Some(b'*') => {
+                    let len: usize = line[1..].trim().parse().unwrap();
+                    for _ in 0..len {
+                        line.clear();
+                        reader.read_line(&mut line).unwrap();
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    errors
+}
+
+#[test]
+fn under_every_policy_new_keys_are_refused_no_more_often_than_set_is() {
+    const N: usize = 40_000;
+    let policies = [
+        "noeviction",
+        "allkeys-lru",
+        "allkeys-lfu",
+        "allkeys-random",
+        "volatile-lru",
+        "volatile-lfu",
+        "volatile-random",
+        "volatile-ttl",
+    ];
+    for policy in policies {
+        let server = Server::start(&["--maxmemory", "4mb", "--maxmemory-policy", policy]);
+        let mut con = server.connect();
+        let mut errors = Vec::new();
+        type WordsOf = fn(usize) -> Vec<String>;
+        let kinds: [(&str, WordsOf); 3] = [
+            // The yardstick: Redis's own write of a new key, with an expiry
+            // (as every limiter key has), so `volatile-*` may evict it.
+            ("SET", |i| {
+                ["SET", &format!("k{i}"), &"x".repeat(100), "EX", "3600"]
+                    .map(String::from)
+                    .to_vec()
+            }),
+            ("RL.TOKENBUCKET", |i| {
+                ["RL.TOKENBUCKET", &format!("k{i}"), "10", "1"]
+                    .map(String::from)
+                    .to_vec()
+            }),
+            ("RL.SLIDINGLOG", |i| {
+                ["RL.SLIDINGLOG", &format!("k{i}"), "10", "1m"]
+                    .map(String::from)
+                    .to_vec()
+            }),
+        ];
+        for (name, words_of) in kinds {
+            run(&mut con, &["FLUSHALL"]).unwrap();
+            errors.push((name, errors_of(server.port, N, words_of)));
+        }
+        println!("{policy}: {errors:?} errors of {N} new keys each");
+        let set_errors = errors[0].1;
+        if policy == "noeviction" {
+            // How many are refused depends on the size of each key; what
+            // counts is that nothing is refused before the server is full.
+            assert!(set_errors > N / 2, "the server never reached maxmemory");
+            continue;
+        }
+        assert_eq!(set_errors, 0, "{policy}: Redis refused SET");
+        for &(name, rl_errors) in &errors[1..] {
+            assert!(
+                rl_errors <= set_errors + N / 100,
+                "{policy}: {name} refused {rl_errors} new keys, SET {set_errors}"
+            );
+        }
+    }
+}
+
+#[test]
+fn under_a_volatile_policy_with_nothing_to_evict_new_keys_are_refused() {
+    let server = Server::start(&["--maxmemory", "2mb", "--maxmemory-policy", "volatile-lru"]);
+    let mut con = server.connect();
+    // Keys without an expiry until Redis refuses: nothing it may evict.
+    let mut i = 0;
+    while run(&mut con, &["SET", &format!("s{i}"), "x"]).is_ok() {
+        i += 1;
+    }
+    assert!(i > 100, "maxmemory reached after {i} keys");
+    // Well over the limit, not at its edge.
+    run(&mut con, &["CONFIG", "SET", "maxmemory", "1mb"]).unwrap();
+    assert!(error_of(&mut con, &["SET", "probe", "x"]).starts_with("OOM"));
+    assert_eq!(
+        error_of(&mut con, &["RL.TOKENBUCKET", "new", "10", "1"]),
+        OOM
+    );
+    assert!(!exists(&mut con, "new"));
+    // Peeks are still answered.
+    assert_eq!(
+        check(&mut con, &["RL.TOKENBUCKET", "new", "10", "1", "PEEK"])[0],
+        1
+    );
 }

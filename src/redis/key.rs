@@ -209,8 +209,12 @@ impl<'a> Key<'a> {
         // SAFETY: `ptr` is a key opened for writing; Redis takes ownership of
         // the box and hands it back to the type's `free` callback, which
         // drops a `T` (per the caller).
+        // Redis removes the value it replaces first: that is not a removal
+        // for the waiters of this key (see `writing_own`).
+        OWN_WRITE.with(|own| own.set(true));
         let status =
             unsafe { rm!(RedisModule_ModuleTypeSetValue)(self.ptr, *ty.raw_type.borrow(), boxed) };
+        OWN_WRITE.with(|own| own.set(false));
         if status == raw::REDISMODULE_OK as c_int {
             Ok(())
         } else {
@@ -312,4 +316,15 @@ impl Drop for Key<'_> {
             unsafe { rm!(RedisModule_CloseKey)(self.ptr) };
         }
     }
+}
+
+thread_local! {
+    /// Set while the module itself replaces a key's value.
+    static OWN_WRITE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the value being removed now is one the module is replacing
+/// itself (a state stored over another), rather than a key leaving.
+pub fn writing_own() -> bool {
+    OWN_WRITE.with(std::cell::Cell::get)
 }

@@ -6,6 +6,7 @@ pub mod command_info;
 pub mod commands;
 pub mod config;
 pub mod key;
+pub mod memory;
 pub mod replicate;
 pub mod stats;
 pub mod types;
@@ -41,6 +42,13 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
         )
     };
     replicate::init();
+    // SAFETY: the loading context, live during the load.
+    if !waiters::init(unsafe { api::Ctx::new(raw_ctx) }) {
+        ctx.log_warning("ratelimit: cannot subscribe to the server's flush and swap events");
+        return Status::Err;
+    }
+    // SAFETY: the loading context, live during the load.
+    memory::init(unsafe { api::Ctx::new(raw_ctx) });
     for redis_type in types::every_type() {
         if let Err(why) = redis_type.create_data_type(raw_ctx) {
             ctx.log_warning(&format!("ratelimit: cannot create a data type: {why}"));

@@ -159,7 +159,7 @@ const fn methods<A: Stored>() -> raw::RedisModuleTypeMethods {
         defrag: None,
         mem_usage2: None,
         free_effort2: None,
-        unlink2: None,
+        unlink2: Some(unlink::<A>),
         copy2: None,
         aux_save2: None,
     }
@@ -300,6 +300,18 @@ unsafe extern "C" fn digest<A: Stored>(md: *mut raw::RedisModuleDigest, value: *
             rm!(RedisModule_DigestEndSequence)(md);
         }
     }
+}
+
+/// A key of this type leaves the keyspace (deleted, expired, evicted,
+/// overwritten, renamed or moved away): clients waiting on it are decided
+/// again, against what it holds then.
+unsafe extern "C" fn unlink<A: Stored>(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
+    if super::waiters::WAITING.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+        return;
+    }
+    // SAFETY: Redis passes the option context of this call.
+    let (db, key) = unsafe { super::api::opt_ctx_key(ctx) };
+    super::waiters::removed(db, &key);
 }
 
 unsafe extern "C" fn free<A: Stored>(value: *mut c_void) {

@@ -4,34 +4,44 @@
 //! Each key with waiters has a queue, in arrival order, and at most one
 //! timer: due when the first waiter's request can pass (its `retry_after_ms`,
 //! which every algorithm knows exactly), or at once when something freed
-//! room (`RL.RELEASE`, `RL.SETSTATE`) or the first waiter left. The timer
-//! serves the queue: it decides the first waiter's request then and there
-//! (so nothing can come between the decision and the taking), propagates
-//! it as a replay of its command, and unblocks it with its reply; then the
-//! next, until one cannot pass yet, whose own `retry_after_ms` sets the
-//! timer again. A refill or a release costs O(1) plus the waiters it serves,
+//! room (`RL.RELEASE`, `RL.SETSTATE`), the key was removed (deleted,
+//! expired, evicted, overwritten, renamed away, flushed, swapped) or the
+//! first waiter left. The timer serves the queue: it decides the first
+//! waiter's request then and there, against what the key holds now (so
+//! nothing can come between the decision and the taking), propagates it as
+//! a replay of its command, and unblocks it with its reply; then the next,
+//! until one cannot pass yet, whose own `retry_after_ms` sets the timer
+//! again. A refill or a release costs O(1) plus the waiters it serves,
 //! whatever the queue's length. While a key has waiters, no request jumps
 //! ahead of them: one with `BLOCK` joins the end of the queue, one without
 //! is denied (`super::commands::request::respond`).
+//!
+//! While writes are paused (`CLIENT PAUSE WRITE|ALL`, `FAILOVER`, `CLUSTER
+//! FAILOVER`, `SHUTDOWN` with replicas) nobody is served: a timer that falls
+//! due then puts its key aside, and the keys put aside are served, in the
+//! order they fell due, when the pause ends. Waiters may still time out (a
+//! denial changes nothing).
 //!
 //! A request of `RL.ALL` waits in the queue of each of its keys and goes
 //! when it is first in all of them (queues are in one arrival order, so two
 //! such requests cannot wait for each other).
 //!
 //! A waiter that times out, is killed, disconnects or is unblocked
-//! (`CLIENT UNBLOCK`) is marked done and skipped when it reaches the front:
-//! it took nothing, and its queue entry goes then. A waiter holds its
-//! command's words and its parsed request: a few hundred bytes.
+//! (`CLIENT UNBLOCK`) leaves its queues at once, taking nothing, and its
+//! memory (its command's words and parsed request: a few hundred bytes) is
+//! freed then; a queue left empty goes with its timer.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_char, c_int, c_void};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use redis_module::raw;
 
-use super::api::{now_ms, rm, Args, Ctx, KeyName, Status};
+use super::api::{
+    detached, now_ms, rm, subscribe_server_event, writes_paused, Args, Ctx, KeyName, Status,
+};
 use super::commands::request::{answer, Outcome, Request};
 use super::commands::top;
 use super::config::on_denied;
@@ -46,10 +56,15 @@ pub static WAITS_ALLOWED: AtomicU64 = AtomicU64::new(0);
 /// Waits that ended at their deadline (or were unblocked) without it.
 pub static WAITS_TIMED_OUT: AtomicU64 = AtomicU64::new(0);
 
+/// How often a pause is looked at, while keys wait for it to end (ms).
+const PAUSE_POLL_MS: i64 = 10;
+
 /// A waiting client.
 struct Waiter {
     /// Redis's handle of the blocked client.
     client: *mut raw::RedisModuleBlockedClient,
+    /// Its place in the arrival order (the same in each of its queues).
+    arrival: u64,
     /// Its database, and the keys it waits on.
     db: c_int,
     keys: Vec<Box<[u8]>>,
@@ -63,21 +78,23 @@ struct Waiter {
 /// The waiters of one key, and the timer that serves them next.
 #[derive(Default)]
 struct Queue {
-    waiters: VecDeque<Rc<Waiter>>,
+    /// By arrival: a waiter that leaves is taken out at once.
+    waiters: BTreeMap<u64, Rc<Waiter>>,
     /// The timer's id and when it is due (Unix ms).
     timer: Option<(raw::RedisModuleTimerID, i64)>,
 }
 
 impl Queue {
-    /// The first waiter still waiting, dropping those that are not.
-    fn first(&mut self) -> Option<Rc<Waiter>> {
-        while let Some(front) = self.waiters.front() {
-            if !front.done.get() {
-                return Some(front.clone());
-            }
-            self.waiters.pop_front();
-        }
-        None
+    /// The first waiter.
+    fn first(&self) -> Option<Rc<Waiter>> {
+        self.waiters.values().next().cloned()
+    }
+
+    fn is_first(&self, waiter: &Rc<Waiter>) -> bool {
+        self.waiters
+            .values()
+            .next()
+            .is_some_and(|first| Rc::ptr_eq(first, waiter))
     }
 }
 
@@ -87,11 +104,46 @@ struct Queues {
     by_db: HashMap<c_int, HashMap<Box<[u8]>, Queue>>,
     /// The waiters by their blocked-client handle (timeouts, disconnects).
     by_client: HashMap<usize, Rc<Waiter>>,
+    /// The next arrival number.
+    arrivals: u64,
+    /// Keys whose turn came while writes were paused, in that order.
+    paused: Vec<(c_int, Box<[u8]>)>,
+    /// Whether a timer watches for the pause to end.
+    pause_timer: bool,
 }
 
 impl Queues {
     fn queue(&mut self, db: c_int, key: &[u8]) -> Option<&mut Queue> {
         self.by_db.get_mut(&db)?.get_mut(key)
+    }
+
+    /// Takes `waiter` out of its queues; a queue left empty goes, and its
+    /// timer's id is returned, to be stopped.
+    fn remove(&mut self, waiter: &Waiter) -> Vec<raw::RedisModuleTimerID> {
+        let mut timers = Vec::new();
+        self.by_client.remove(&(waiter.client as usize));
+        if self.by_client.capacity() > 64 && self.by_client.len() * 4 < self.by_client.capacity() {
+            self.by_client.shrink_to_fit();
+        }
+        let Some(keys) = self.by_db.get_mut(&waiter.db) else {
+            return timers;
+        };
+        for key in &waiter.keys {
+            let Some(queue) = keys.get_mut(key) else {
+                continue;
+            };
+            queue.waiters.remove(&waiter.arrival);
+            if queue.waiters.is_empty() {
+                timers.extend(queue.timer.take().map(|(id, _)| id));
+                keys.remove(key);
+            }
+        }
+        if keys.is_empty() {
+            self.by_db.remove(&waiter.db);
+        } else if keys.capacity() > 64 && keys.len() * 4 < keys.capacity() {
+            keys.shrink_to_fit();
+        }
+        timers
     }
 }
 
@@ -180,8 +232,13 @@ pub fn wait(
     // SAFETY: `client` was just made.
     unsafe { rm!(RedisModule_SetDisconnectCallback)(client, Some(disconnected)) };
     let db = selected_db(ctx);
+    let arrival = with_queues(|queues| {
+        queues.arrivals += 1;
+        queues.arrivals
+    });
     let waiter = Rc::new(Waiter {
         client,
+        arrival,
         db,
         keys: keys.iter().map(|key| key.bytes().into()).collect(),
         words: (0..args.len())
@@ -201,11 +258,8 @@ pub fn wait(
                 .or_default()
                 .entry(key.clone())
                 .or_default();
-            queue.waiters.push_back(waiter.clone());
-            if queue
-                .first()
-                .is_some_and(|first| Rc::ptr_eq(&first, &waiter))
-            {
+            queue.waiters.insert(arrival, waiter.clone());
+            if queue.is_first(&waiter) {
                 first_in.push(key.clone());
             }
         }
@@ -227,6 +281,96 @@ pub fn freed(ctx: Ctx<'_>, key: KeyName<'_>) {
     }
 }
 
+/// `key` of `db` left the keyspace (deleted, expired, evicted, overwritten,
+/// renamed or moved away): its waiters are decided at once against what it
+/// holds now. Called from the type's `unlink` callback, which has no
+/// context of its own and runs inside whatever removed the key: only a
+/// timer is set here.
+pub fn removed(db: c_int, key: &[u8]) {
+    if WAITING.load(Relaxed) == 0 || super::key::writing_own() {
+        return;
+    }
+    if let Some(ctx) = detached() {
+        schedule(ctx, db, key, now_ms());
+    }
+}
+
+/// Every key of `db` (all databases when `None`) changed at once (`FLUSHDB`,
+/// `FLUSHALL`, `SWAPDB`): their waiters are decided at once.
+pub fn all_changed(ctx: Ctx<'_>, db: Option<c_int>) {
+    if WAITING.load(Relaxed) == 0 {
+        return;
+    }
+    let keys: Vec<(c_int, Box<[u8]>)> = with_queues(|queues| {
+        queues
+            .by_db
+            .iter()
+            .filter(|(at, _)| db.is_none_or(|db| db == **at))
+            .flat_map(|(at, keys)| keys.keys().map(move |key| (*at, key.clone())))
+            .collect()
+    });
+    let now = now_ms();
+    for (db, key) in keys {
+        schedule(ctx, db, &key, now);
+    }
+}
+
+/// Subscribes to the server's events that change every key of a database
+/// at once (at load time).
+pub fn init(ctx: Ctx<'_>) -> bool {
+    super::api::init_detached(ctx);
+    subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FLUSHDB, flushed)
+        && subscribe_server_event(ctx, raw::REDISMODULE_EVENT_SWAPDB, swapped)
+}
+
+unsafe extern "C" fn flushed(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
+        return;
+    }
+    // SAFETY: Redis passes a flush event's info.
+    let Some(info) = (unsafe { data.cast::<raw::RedisModuleFlushInfo>().as_ref() }) else {
+        return;
+    };
+    // SAFETY: the event's context, live for this call.
+    let ctx = unsafe { Ctx::new(ctx) };
+    all_changed(ctx, (info.dbnum >= 0).then_some(info.dbnum));
+}
+
+unsafe extern "C" fn swapped(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    data: *mut c_void,
+) {
+    // SAFETY: Redis passes a swap event's info.
+    let Some(info) = (unsafe { data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() }) else {
+        return;
+    };
+    // SAFETY: the event's context, live for this call.
+    let ctx = unsafe { Ctx::new(ctx) };
+    all_changed(ctx, Some(info.dbnum_first));
+    all_changed(ctx, Some(info.dbnum_second));
+}
+
+/// Stops a timer of ours that has not fired, freeing what it carries.
+fn stop_timer(ctx: Ctx<'_>, id: raw::RedisModuleTimerID) {
+    let mut data: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `id` is a timer of this module, not fired yet (a fired timer
+    // clears its entry first); its data is the box it was given.
+    if unsafe { rm!(RedisModule_StopTimer)(ctx.raw(), id, &mut data) }
+        == raw::REDISMODULE_OK as c_int
+        && !data.is_null()
+    {
+        // SAFETY: made by `Box::into_raw` in `schedule`, taken back once.
+        drop(unsafe { Box::from_raw(data.cast::<TimerKey>()) });
+    }
+}
+
 /// Makes the timer of `key`'s queue due at `due_ms`, or sooner if it is.
 fn schedule(ctx: Ctx<'_>, db: c_int, key: &[u8], due_ms: i64) {
     let stale = with_queues(|queues| {
@@ -240,16 +384,7 @@ fn schedule(ctx: Ctx<'_>, db: c_int, key: &[u8], due_ms: i64) {
         return;
     };
     if let Some((id, _)) = stale {
-        let mut data: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `id` is a timer of this module, not fired yet (a fired
-        // timer clears its entry first); its data is the box it was given.
-        if unsafe { rm!(RedisModule_StopTimer)(ctx.raw(), id, &mut data) }
-            == raw::REDISMODULE_OK as c_int
-            && !data.is_null()
-        {
-            // SAFETY: made by `Box::into_raw` below, taken back once.
-            drop(unsafe { Box::from_raw(data.cast::<TimerKey>()) });
-        }
+        stop_timer(ctx, id);
     }
     let data = Box::into_raw(Box::new(TimerKey {
         db,
@@ -283,7 +418,62 @@ unsafe extern "C" fn serve_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_voi
             queue.timer = None;
         }
     });
+    if writes_paused() {
+        put_aside(ctx, target.db, target.key);
+        return;
+    }
     serve(ctx, target.db, &target.key);
+}
+
+/// Writes are paused: `key`'s turn waits for the pause to end.
+fn put_aside(ctx: Ctx<'_>, db: c_int, key: Box<[u8]>) {
+    let watch = with_queues(|queues| {
+        if !queues.paused.iter().any(|(at, k)| *at == db && *k == key) {
+            queues.paused.push((db, key));
+        }
+        !std::mem::replace(&mut queues.pause_timer, true)
+    });
+    if watch {
+        watch_pause(ctx);
+    }
+}
+
+fn watch_pause(ctx: Ctx<'_>) {
+    // SAFETY: `ctx` is a live context; the callback is a plain function and
+    // carries no data.
+    unsafe {
+        rm!(RedisModule_CreateTimer)(
+            ctx.raw(),
+            PAUSE_POLL_MS,
+            Some(pause_timer),
+            std::ptr::null_mut(),
+        )
+    };
+}
+
+/// While writes stay paused, looks again later; then serves the keys put
+/// aside, in the order their turns came.
+unsafe extern "C" fn pause_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    // SAFETY: the timer's context, live for this call.
+    let ctx = unsafe { Ctx::new(ctx) };
+    if writes_paused() {
+        watch_pause(ctx);
+        return;
+    }
+    let keys = with_queues(|queues| {
+        queues.pause_timer = false;
+        std::mem::take(&mut queues.paused)
+    });
+    for (db, key) in keys {
+        let idle = with_queues(|queues| {
+            queues
+                .queue(db, &key)
+                .is_some_and(|queue| queue.timer.is_none())
+        });
+        if idle {
+            serve(ctx, db, &key);
+        }
+    }
 }
 
 /// Serves `key`'s queue from the front: each waiter whose request passes
@@ -318,7 +508,7 @@ fn serve(ctx: Ctx<'_>, db: c_int, key: &[u8]) {
             Ok(outcome) if outcome.decision().allowed => {
                 waiter.request.counter().count(true, false);
                 WAITS_ALLOWED.fetch_add(1, Relaxed);
-                finish(&waiter, Ok(outcome));
+                finish(ctx, &waiter, Ok(outcome));
                 let now = now_ms();
                 for other in waiter.keys.iter().filter(|k| ***k != *key) {
                     schedule(ctx, db, other, now);
@@ -332,14 +522,14 @@ fn serve(ctx: Ctx<'_>, db: c_int, key: &[u8]) {
                     on_denied(ctx, key, false);
                     top::denied(key);
                 }
-                finish(&waiter, Ok(outcome));
+                finish(ctx, &waiter, Ok(outcome));
             }
             Ok(outcome) => {
                 let retry = outcome.decision().retry_after_ms.max(1);
                 schedule(ctx, db, key, now_ms() + retry);
                 return;
             }
-            Err(error) => finish(&waiter, Err(error)),
+            Err(error) => finish(ctx, &waiter, Err(error)),
         }
     }
 }
@@ -351,27 +541,28 @@ fn first_everywhere(waiter: &Rc<Waiter>) -> bool {
             waiter.keys.iter().all(|key| {
                 queues
                     .queue(waiter.db, key)
-                    .and_then(Queue::first)
-                    .is_some_and(|first| Rc::ptr_eq(&first, waiter))
+                    .is_some_and(|queue| queue.is_first(waiter))
             })
         })
 }
 
 /// Ends `waiter`'s wait: it is unblocked, and replied `result` (an outcome,
 /// or an error), or nothing when it ended otherwise (`None`).
-fn finish(waiter: &Rc<Waiter>, result: Result<Outcome, CommandError>) {
-    end(waiter);
+fn finish(ctx: Ctx<'_>, waiter: &Rc<Waiter>, result: Result<Outcome, CommandError>) {
+    end(ctx, waiter);
     let reply = Box::into_raw(Box::new(result));
     // SAFETY: a client this module blocked and has not unblocked; Redis
     // hands `reply` to `reply_callback`, then to `free_reply`.
     unsafe { rm!(RedisModule_UnblockClient)(waiter.client, reply.cast()) };
 }
 
-/// Marks `waiter` as waiting no more.
-fn end(waiter: &Rc<Waiter>) {
+/// Marks `waiter` as waiting no more, and takes it out of its queues.
+fn end(ctx: Ctx<'_>, waiter: &Rc<Waiter>) {
     if !waiter.done.replace(true) {
         WAITING.fetch_sub(1, Relaxed);
-        with_queues(|queues| queues.by_client.remove(&(waiter.client as usize)));
+        for id in with_queues(|queues| queues.remove(waiter)) {
+            stop_timer(ctx, id);
+        }
     }
 }
 
@@ -387,17 +578,14 @@ fn left(ctx: Ctx<'_>, waiter: &Rc<Waiter>) {
             .keys
             .iter()
             .filter(|key| {
-                queues.queue(waiter.db, key).is_some_and(|queue| {
-                    queue
-                        .waiters
-                        .front()
-                        .is_some_and(|front| Rc::ptr_eq(front, waiter))
-                })
+                queues
+                    .queue(waiter.db, key)
+                    .is_some_and(|queue| queue.is_first(waiter))
             })
             .cloned()
             .collect()
     });
-    end(waiter);
+    end(ctx, waiter);
     let now = now_ms();
     for key in first_in {
         schedule(ctx, waiter.db, &key, now);

@@ -10,6 +10,7 @@ use redis_module::raw;
 
 use super::super::api::{run, Args, Ctx, KeyName, Status};
 use super::super::key::Key;
+use super::super::memory::refuses_growth;
 use super::super::replicate::Run;
 use super::super::stats::Counted;
 use super::super::types::Stored;
@@ -187,14 +188,12 @@ pub fn apply<A: Checked>(
     Ok(decision)
 }
 
-/// Refuses a request that would take more memory when the server is at
-/// `maxmemory` (with `noeviction`, or nothing left to evict): Redis's own OOM
-/// error, as for a command flagged `deny-oom`. The check commands are not
-/// flagged so, because most requests need no new memory (peeks, denials,
-/// updates of a state in place) and an application at `maxmemory` still
-/// needs its decisions. Replays are never refused: the primary decided.
+/// Refuses a request that would take more memory when Redis would refuse a
+/// write of its own (see `super::super::memory`): Redis's own OOM error, as
+/// for a command flagged `deny-oom`. Replays are never refused: the primary
+/// decided.
 pub fn out_of_memory(run: &Run<'_>) -> Result<(), CommandError> {
-    if !run.is_replay() && run.ctx.flags() & raw::REDISMODULE_CTX_FLAGS_OOM as c_int != 0 {
+    if !run.is_replay() && refuses_growth(run.ctx) {
         Err(CommandError::out_of_memory())
     } else {
         Ok(())
