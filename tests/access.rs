@@ -1,4 +1,4 @@
-//! The README's access-control recipe, run as it is written there, on real
+//! The access-control recipe of docs/operations.md, run as it is written there, on real
 //! servers: the application's user runs every check and nothing else, and
 //! replication needs none of what it is denied.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -12,15 +12,16 @@ use common::*;
 use redis::Connection;
 use serial_test::serial;
 
-/// The `ACL SETUSER` lines of the README's "Access control" section, each
+/// The `ACL SETUSER` lines of docs/operations.md's "Access control" section, each
 /// as its words.
 fn readme_acl_lines() -> Vec<Vec<String>> {
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+            .unwrap();
     let section = readme
         .split("\n## Access control\n")
         .nth(1)
-        .expect("the README has no \"## Access control\" section");
+        .expect("docs/operations.md has no \"## Access control\" section");
     let section = section.split("\n## ").next().unwrap();
     let lines: Vec<Vec<String>> = section
         .lines()
@@ -29,28 +30,28 @@ fn readme_acl_lines() -> Vec<Vec<String>> {
         .collect();
     assert!(
         !lines.is_empty(),
-        "no ACL SETUSER line in the README's access-control section"
+        "no ACL SETUSER line in docs/operations.md's access-control section"
     );
     lines
 }
 
-/// The README's line for the user named `user`.
+/// The recipe's line for the user named `user`.
 fn readme_acl_line(user: &str) -> Vec<String> {
     readme_acl_lines()
         .into_iter()
         .find(|words| words.get(2).map(String::as_str) == Some(user))
-        .unwrap_or_else(|| panic!("the README gives no ACL SETUSER line for {user}"))
+        .unwrap_or_else(|| panic!("the recipe gives no ACL SETUSER line for {user}"))
 }
 
-/// The password a README line gives its user (its `>password` rule).
+/// The password a recipe line gives its user (its `>password` rule).
 fn password(line: &[String]) -> String {
     line.iter()
         .find_map(|w| w.strip_prefix('>'))
-        .expect("the README line sets no password")
+        .expect("the recipe line sets no password")
         .to_string()
 }
 
-/// Runs every README `ACL SETUSER` line on `con`.
+/// Runs every recipe `ACL SETUSER` line on `con`.
 fn apply_recipe(con: &mut Connection) {
     for line in readme_acl_lines() {
         let words: Vec<&str> = line.iter().map(String::as_str).collect();
@@ -97,7 +98,7 @@ fn the_readme_recipe_names_every_module_command_but_setstate_and_the_replays() {
         .collect();
     assert_eq!(
         granted, expected,
-        "the README's app user must be granted exactly the module's commands but {kept_out:?}"
+        "the recipe's app user must be granted exactly the module's commands but {kept_out:?}"
     );
 }
 
@@ -110,7 +111,7 @@ fn the_app_user_runs_every_check_not_setstate_and_a_replica_linked_as_repl_follo
     let mut admin = primary.connect();
     apply_recipe(&mut admin);
 
-    // The replica connects with the replication user, as the README says.
+    // The replica connects with the replication user, as the recipe says.
     let repl_password = password(&repl);
     let replica = Server::start(&["--masteruser", "repl", "--masterauth", &repl_password]);
     let mut r = replica.connect();
