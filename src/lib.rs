@@ -29,6 +29,8 @@ pub mod redis_cell;
 pub mod replay;
 #[deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
 pub mod top;
+#[deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
+pub mod words;
 
 #[cfg(not(test))]
 use redis::init;

@@ -16,13 +16,11 @@
 //! count belongs to is the window of that time, so a count from an older
 //! window is simply read as zero and nothing has to run in the background.
 
-use super::{
-    Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS,
-};
+use super::shapes::{check_limit_and_window, limit_and_window, LIMIT, WINDOW};
+use super::{Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_TIMESTAMP_MS};
 use crate::encoding::{ensure, put_i64, put_u64, DecodeError, Reader};
 use crate::error::CommandError;
-use crate::parse::syntax::{duration_word, Syntax, Word, LIMIT, WINDOW};
-use crate::parse::values::{amount, duration_ms};
+use crate::words::syntax::{duration_word, Syntax, Word};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FixedWindowParams {
@@ -30,26 +28,6 @@ pub struct FixedWindowParams {
     pub limit: u64,
     /// The length of a window, in ms.
     pub window_ms: u64,
-}
-
-/// `limit window`, the words of both log-like window commands.
-pub(crate) fn limit_and_window(words: &[&[u8]]) -> Result<(u64, u64), CommandError> {
-    let [limit, window] = words else {
-        return Err(CommandError::Arity);
-    };
-    Ok((amount(limit, "limit")?, duration_ms(window, "window")?))
-}
-
-/// What the window algorithms accept: a limit from 1 to [`MAX_AMOUNT`], a
-/// window from 1 ms to [`MAX_DURATION_MS`].
-pub(crate) fn check_limit_and_window(limit: u64, window_ms: u64) -> Result<(), &'static str> {
-    if !(1..=MAX_AMOUNT).contains(&limit) {
-        Err("limit out of range")
-    } else if !(1..=MAX_DURATION_MS).contains(&window_ms) {
-        Err("window out of range")
-    } else {
-        Ok(())
-    }
 }
 
 /// `RL.FIXEDWINDOW key limit window`.
@@ -224,6 +202,7 @@ impl State for FixedWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithms::MAX_DURATION_MS;
     use crate::algorithms::testkit::{call, encode_body as encode};
     use proptest::prelude::*;
 

@@ -28,8 +28,8 @@ use super::schedule::{Pace, Schedule};
 use super::{Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, NS_PER_MS};
 use crate::encoding::{put_u64, DecodeError, Reader};
 use crate::error::CommandError;
-use crate::parse::syntax::{duration_word, Kind, Syntax, Word};
-use crate::parse::values::{amount, duration_ms};
+use crate::words::syntax::{duration_word, Kind, Syntax, Word};
+use crate::words::values::{amount, duration_ms};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcraParams {

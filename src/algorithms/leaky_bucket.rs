@@ -24,11 +24,11 @@
 //! Replies round up to whole milliseconds, so no caller acts too early.
 
 use super::schedule::{Pace, Schedule};
-use super::token_bucket::{capacity_and_rate, check_capacity_and_rate};
+use super::shapes::{capacity_and_rate, check_capacity_and_rate};
 use super::{ns_to_ms_ceil, Algorithm, Decision, Field, Mode, State, MAX_DURATION_MS, NS_PER_MS};
 use crate::encoding::{put_f64, put_u64, DecodeError, Reader};
 use crate::error::CommandError;
-use crate::parse::syntax::{Kind, Syntax, Word};
+use crate::words::syntax::{Kind, Syntax, Word};
 
 /// The slowest leak: one unit per 366 days.
 const MAX_INTERVAL_NS: i128 = MAX_DURATION_MS as i128 * NS_PER_MS;

@@ -17,6 +17,7 @@ pub mod leaky_bucket;
 pub mod penalty;
 pub mod registry;
 mod schedule;
+pub mod shapes;
 pub mod sliding_counter;
 pub mod sliding_log;
 #[cfg(test)]
@@ -26,14 +27,11 @@ pub(crate) mod testkit;
 pub mod token_bucket;
 
 use crate::encoding::{ensure, DecodeError, Reader};
-use crate::parse::Syntax;
+use crate::words::syntax::Syntax;
 
-/// The largest limit, capacity or cost accepted: 2^53 - 1, the largest integer
-/// every client language (including JavaScript and Lua) represents exactly.
-pub const MAX_AMOUNT: u64 = (1 << 53) - 1;
-
-/// The longest window or period: 366 days.
-pub const MAX_DURATION_MS: u64 = 366 * 86_400_000;
+/// The bounds of the values a command accepts (`crate::words::values`),
+/// which no state may exceed either.
+pub use crate::words::values::{MAX_AMOUNT, MAX_DURATION_MS};
 
 /// The largest timestamp a state may carry (year 287,396): far beyond any real
 /// clock, small enough that arithmetic on it in `i128` or `f64` stays exact.
@@ -131,41 +129,6 @@ pub trait Registered {
     /// The Redis data type's name (nine characters).
     const TYPE_NAME: &'static str;
 }
-
-/// Implements [`Registered`] for every line of the registry, and checks at
-/// compile time that tags and type names are unique and type names nine
-/// characters long (what Redis requires).
-macro_rules! registered {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
-        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal;)* }
-    ) => {
-        $(impl Registered for $module::$ty {
-            const TAG: u8 = $tag;
-            const NAME: &'static str = $name;
-            const TYPE_NAME: &'static str = $type_name;
-        }
-        impl penalty::Penalizable for $module::$ty {
-            const PENALIZED_TYPE_NAME: &'static str = {
-                const NAME: [u8; 9] = penalty::penalized_type_name($type_name);
-                match core::str::from_utf8(&NAME) {
-                    Ok(name) => name,
-                    Err(_) => panic!("a type name is ASCII"),
-                }
-            };
-        })*
-        $(impl Registered for $omodule::$oty {
-            const TAG: u8 = $otag;
-            const NAME: &'static str = $oname;
-            const TYPE_NAME: &'static str = $otype_name;
-        })*
-        const _: () = registry::check(
-            &[$($tag,)* $($otag,)*],
-            &[$($type_name,)* $($otype_name,)*],
-        );
-    };
-}
-crate::registry!(registered);
 
 /// Every value the module stores: its encoding, when it is as good as new,
 /// and what it says about itself to a person (RL.INFO).

@@ -39,6 +39,41 @@ macro_rules! registry {
     };
 }
 
+/// Implements [`Registered`](super::Registered) for every line of the registry, and checks at
+/// compile time that tags and type names are unique and type names nine
+/// characters long (what Redis requires).
+macro_rules! registered {
+    (
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal;)* }
+    ) => {
+        $(impl super::Registered for super::$module::$ty {
+            const TAG: u8 = $tag;
+            const NAME: &'static str = $name;
+            const TYPE_NAME: &'static str = $type_name;
+        }
+        impl super::penalty::Penalizable for super::$module::$ty {
+            const PENALIZED_TYPE_NAME: &'static str = {
+                const NAME: [u8; 9] = super::penalty::penalized_type_name($type_name);
+                match core::str::from_utf8(&NAME) {
+                    Ok(name) => name,
+                    Err(_) => panic!("a type name is ASCII"),
+                }
+            };
+        })*
+        $(impl super::Registered for super::$omodule::$oty {
+            const TAG: u8 = $otag;
+            const NAME: &'static str = $oname;
+            const TYPE_NAME: &'static str = $otype_name;
+        })*
+        const _: () = check(
+            &[$($tag,)* $($otag,)*],
+            &[$($type_name,)* $($otype_name,)*],
+        );
+    };
+}
+crate::registry!(registered);
+
 /// Fails the build when two lines share a tag or a type name, a tag is not
 /// below the penalty's (`penalty::PENALTY_TAG`), or a type name is not the
 /// nine characters Redis requires. Only ever evaluated at compile

@@ -12,12 +12,12 @@
 //! bucket is exactly `window_ms` ticks long, and the weighted count is
 //! compared as an integer scaled by `window_ms`.
 
-use super::fixed_window::{check_limit_and_window, limit_and_window};
+use super::shapes::{check_limit_and_window, limit_and_window, LIMIT, WINDOW};
 use super::{Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_TIMESTAMP_MS};
 use crate::encoding::{ensure, put_i64, put_u16, put_u64, DecodeError, Reader};
 use crate::error::CommandError;
-use crate::parse::syntax::{duration_word, Kind, OptionWord, Syntax, Word, LIMIT, WINDOW};
-use crate::parse::values::small_count;
+use crate::words::syntax::{duration_word, Kind, OptionWord, Syntax, Word};
+use crate::words::values::small_count;
 
 /// The most sub-windows a window may be cut into.
 pub const MAX_PRECISION: u16 = 1000;

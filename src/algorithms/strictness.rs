@@ -10,7 +10,7 @@ use proptest::prelude::*;
 
 use super::{Algorithm, State};
 use crate::parse::check_args;
-use crate::parse::syntax::{Kind, Syntax};
+use crate::words::syntax::{Kind, Syntax};
 
 const T0: i64 = 1_700_000_000_000;
 

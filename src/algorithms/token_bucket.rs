@@ -9,11 +9,11 @@
 //! update: the count at any later time follows from the rate, so nothing has
 //! to run in the background and a denial needs no write.
 
-use super::{ceil_ms, Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_TIMESTAMP_MS};
+use super::shapes::{capacity_and_rate, check_capacity_and_rate};
+use super::{ceil_ms, Algorithm, Decision, Field, Mode, State, MAX_TIMESTAMP_MS};
 use crate::encoding::{ensure, put_f64, put_i64, put_u64, DecodeError, Reader};
 use crate::error::CommandError;
-use crate::parse::syntax::{Kind, Syntax, Word};
-use crate::parse::values::{amount, rate};
+use crate::words::syntax::{Kind, Syntax, Word};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TokenBucketParams {
@@ -21,26 +21,6 @@ pub struct TokenBucketParams {
     pub capacity: u64,
     /// Tokens added per second.
     pub rate_per_s: f64,
-}
-
-/// `capacity rate`, the words of both bucket commands.
-pub(crate) fn capacity_and_rate(words: &[&[u8]]) -> Result<(u64, f64), CommandError> {
-    let [capacity, rate_per_s] = words else {
-        return Err(CommandError::Arity);
-    };
-    Ok((amount(capacity, "capacity")?, rate(rate_per_s, "rate")?))
-}
-
-/// What both buckets accept: a capacity from 1 to [`MAX_AMOUNT`], a finite
-/// rate above 0.
-pub(crate) fn check_capacity_and_rate(capacity: u64, rate_per_s: f64) -> Result<(), &'static str> {
-    if !(1..=MAX_AMOUNT).contains(&capacity) {
-        Err("capacity out of range")
-    } else if !(rate_per_s.is_finite() && rate_per_s > 0.0) {
-        Err("rate out of range")
-    } else {
-        Ok(())
-    }
 }
 
 /// `RL.TOKENBUCKET key capacity rate`.

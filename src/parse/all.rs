@@ -4,9 +4,9 @@
 //! then the options shared by every tier.
 
 use super::options::{check_options, exclusive, own_option, value_of, CheckOptions};
-use super::syntax::{Syntax, MAX_OWN_OPTIONS};
 use crate::algorithms::Algorithm;
 use crate::error::{shown, CommandError};
+use crate::words::syntax::{Syntax, MAX_OWN_OPTIONS};
 
 /// The tiers of `RL.ALL` and the reading of one spec, made from the
 /// registry: a tier for each algorithm, nothing else.

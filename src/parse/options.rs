@@ -3,10 +3,10 @@
 //! and the concurrency limiter's (`ID id`, `BLOCK ms`). Each option at most
 //! once, in any order, in any case.
 
-use super::syntax::{OptionWord, Syntax, MAX_OWN_OPTIONS};
-use super::values::{amount, duration_ms};
 use crate::algorithms::concurrency::{LeaseParams, MAX_ID_BYTES};
 use crate::error::CommandError;
+use crate::words::syntax::{OptionWord, Syntax, MAX_OWN_OPTIONS};
+use crate::words::values::{amount, duration_ms};
 
 /// The options every check command takes after its parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

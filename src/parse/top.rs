@@ -1,7 +1,7 @@
 //! `RL.TOP`'s words: `[count] [WITHERROR]`, or `RESET` alone.
 
-use super::values::amount;
 use crate::error::CommandError;
+use crate::words::values::amount;
 
 /// How many keys `RL.TOP` lists when not told.
 pub const DEFAULT_TOP_COUNT: u64 = 10;

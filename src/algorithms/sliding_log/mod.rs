@@ -44,11 +44,11 @@
 
 mod entries;
 
-use super::fixed_window::{check_limit_and_window, limit_and_window};
+use super::shapes::{check_limit_and_window, limit_and_window, LIMIT, WINDOW};
 use super::{Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_TIMESTAMP_MS};
 use crate::encoding::{ensure, put_i64, put_u64, DecodeError, Reader};
 use crate::error::CommandError;
-use crate::parse::syntax::{duration_word, Syntax, Word, LIMIT, WINDOW};
+use crate::words::syntax::{duration_word, Syntax, Word};
 use entries::{decode_entry, Entry, EntryQueue};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

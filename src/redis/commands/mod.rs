@@ -18,7 +18,7 @@ use super::command_info::{
     arg, double, integer, key, pure_token, string, Arg, ArgKind, Doc, KeyPosition, KeySpec, ACCESS,
     DELETE, FIRST_RELEASE, OW, RO, RW, UPDATE,
 };
-use crate::parse::syntax::{Kind, Syntax, Word};
+use crate::words::syntax::{Kind, Syntax, Word};
 
 pub use check::Checked;
 

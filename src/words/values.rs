@@ -2,8 +2,14 @@
 //! Every failure is a [`CommandError`] naming the parameter and what it
 //! accepts.
 
-use crate::algorithms::{MAX_AMOUNT, MAX_DURATION_MS};
 use crate::error::CommandError;
+
+/// The largest limit, capacity or cost accepted: 2^53 - 1, the largest integer
+/// every client language (including JavaScript and Lua) represents exactly.
+pub const MAX_AMOUNT: u64 = (1 << 53) - 1;
+
+/// The longest window or period: 366 days.
+pub const MAX_DURATION_MS: u64 = 366 * 86_400_000;
 
 /// A whole number from 1 to 2^53-1: limits, capacities, costs.
 pub fn amount(arg: &[u8], name: &str) -> Result<u64, CommandError> {

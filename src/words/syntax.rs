@@ -81,17 +81,3 @@ pub trait Syntax: Copy + PartialEq + std::fmt::Debug + Sized {
 pub fn duration_word(ms: u64) -> String {
     format!("{ms}ms")
 }
-
-// The words several algorithms share.
-
-pub const LIMIT: Word = Word {
-    name: "limit",
-    kind: Kind::Integer,
-    summary: "The most requests allowed in any window: a whole number from 1 to 2^53-1.",
-};
-
-pub const WINDOW: Word = Word {
-    name: "window",
-    kind: Kind::Duration,
-    summary: "The window's length: a decimal with an optional unit ms, s, m, h or d (seconds when none: 60, 1.5s, 250ms, 1h), from 1ms to 366d.",
-};

@@ -1,0 +1,62 @@
+//! The parameter shapes several algorithms share, each in one place: its
+//! words, how they are read, and what a decoded state may hold of them.
+//! `capacity rate` is both buckets'; `limit window` is the window
+//! algorithms' (fixed window, sliding counter, sliding log).
+
+use crate::error::CommandError;
+use crate::words::syntax::{Kind, Word};
+use crate::words::values::{amount, duration_ms, rate, MAX_AMOUNT, MAX_DURATION_MS};
+
+/// `capacity rate`, the words of both bucket commands.
+pub fn capacity_and_rate(words: &[&[u8]]) -> Result<(u64, f64), CommandError> {
+    let [capacity, rate_per_s] = words else {
+        return Err(CommandError::Arity);
+    };
+    Ok((amount(capacity, "capacity")?, rate(rate_per_s, "rate")?))
+}
+
+/// What both buckets accept: a capacity from 1 to [`MAX_AMOUNT`], a finite
+/// rate above 0.
+pub fn check_capacity_and_rate(capacity: u64, rate_per_s: f64) -> Result<(), &'static str> {
+    if !(1..=MAX_AMOUNT).contains(&capacity) {
+        Err("capacity out of range")
+    } else if !(rate_per_s.is_finite() && rate_per_s > 0.0) {
+        Err("rate out of range")
+    } else {
+        Ok(())
+    }
+}
+
+/// `limit window`, the words of the window commands.
+pub fn limit_and_window(words: &[&[u8]]) -> Result<(u64, u64), CommandError> {
+    let [limit, window] = words else {
+        return Err(CommandError::Arity);
+    };
+    Ok((amount(limit, "limit")?, duration_ms(window, "window")?))
+}
+
+/// What the window algorithms accept: a limit from 1 to [`MAX_AMOUNT`], a
+/// window from 1 ms to [`MAX_DURATION_MS`].
+pub fn check_limit_and_window(limit: u64, window_ms: u64) -> Result<(), &'static str> {
+    if !(1..=MAX_AMOUNT).contains(&limit) {
+        Err("limit out of range")
+    } else if !(1..=MAX_DURATION_MS).contains(&window_ms) {
+        Err("window out of range")
+    } else {
+        Ok(())
+    }
+}
+
+/// A window algorithm's first word.
+pub const LIMIT: Word = Word {
+    name: "limit",
+    kind: Kind::Integer,
+    summary: "The most requests allowed in any window: a whole number from 1 to 2^53-1.",
+};
+
+/// A window algorithm's second word.
+pub const WINDOW: Word = Word {
+    name: "window",
+    kind: Kind::Duration,
+    summary: "The window's length: a decimal with an optional unit ms, s, m, h or d (seconds when none: 60, 1.5s, 250ms, 1h), from 1ms to 366d.",
+};
