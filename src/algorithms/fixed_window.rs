@@ -202,8 +202,8 @@ impl State for FixedWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::MAX_DURATION_MS;
     use crate::algorithms::testkit::{call, encode_body as encode};
+    use crate::algorithms::MAX_DURATION_MS;
     use proptest::prelude::*;
 
     /// A time on a minute boundary, so windows of 60 s start here.

@@ -21,16 +21,28 @@
 //! a single word (`PEEK`). A *token* is the word before an option's value
 //! (`COST` in `COST 10`).
 
-use std::ffi::{c_int, CString};
+use std::ffi::{c_int, CStr, CString};
 use std::ptr::{null, null_mut};
 
 use redis_module::raw;
 
-use super::api::rm;
+use super::ffi::{rm, Handler};
 
 /// The module version that first shipped a command. Fixed per command, unlike
 /// the crate version: a command added later says the version it came in.
 pub const FIRST_RELEASE: &str = "0.1.0";
+
+/// A command as Redis registers it, with its documentation.
+pub struct Command {
+    /// The name, lower case (`rl.tokenbucket`).
+    pub name: CString,
+    pub handler: Handler,
+    pub flags: &'static CStr,
+    /// Redis's `first_key, last_key, key_step` (all 0 when the command
+    /// answers keys-position requests itself).
+    pub keys: (c_int, c_int, c_int),
+    pub doc: Doc,
+}
 
 /// The documentation of one command.
 pub struct Doc {

@@ -20,15 +20,18 @@
 //!   states; `scripts/rl_all_cost.py`), so 10,000 keys stall every other
 //!   client for 13-137 ms. The default bounds a call near 0.2 ms.
 //! - `top-keys` (0 to 100000, default 1000): the slots of `RL.TOP`'s sketch
-//!   of the keys denied most (`super::commands::top`); 0 turns it off. A
-//!   change starts the counts over, at once (see `top::resize`).
+//!   of the keys denied most (`super::sketch`); 0 turns it off. A change
+//!   starts the counts over, at once (see `sketch::resize`, which the
+//!   module's start-up hands [`on_top_keys_set`]: this file imports no
+//!   file above it).
 
 use std::ffi::{c_char, c_int, c_longlong, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
+use std::sync::OnceLock;
 
 use redis_module::raw;
 
-use super::api::{rm, Ctx, KeyName};
+use super::ffi::{rm, Ctx, KeyName};
 use crate::replay::MAX_EXPIRY_SLACK_MS;
 
 static DENY_EVENTS: AtomicBool = AtomicBool::new(false);
@@ -44,6 +47,15 @@ const DEFAULT_TOP_KEYS: i64 = 1000;
 /// one reply listing them all holds the server ~60 ms. More would make that
 /// stall longer for a bound (N / m) already far below any heavy hitter's count.
 const MAX_TOP_KEYS: i64 = 100_000;
+
+/// Called after `top-keys` takes a new value (see [`on_top_keys_set`]).
+static TOP_KEYS_SET: OnceLock<fn()> = OnceLock::new();
+
+/// Has `f` called after each new value of `top-keys` (at load time, before
+/// [`register`] loads the values).
+pub fn on_top_keys_set(f: fn()) {
+    let _ = TOP_KEYS_SET.set(f);
+}
 
 /// The expiry slack now in force, in ms.
 pub fn expiry_slack_ms() -> u32 {
@@ -73,9 +85,10 @@ enum Setting {
         default: i64,
         min: i64,
         max: i64,
-        /// Called after each new value is stored (it reads the value from
-        /// `value`), from `CONFIG SET`, redis.conf or `loadmodule`.
-        on_set: Option<fn()>,
+        /// Called, once set, after each new value is stored (it reads the
+        /// value from `value`), from `CONFIG SET`, redis.conf or
+        /// `loadmodule`.
+        on_set: Option<&'static OnceLock<fn()>>,
     },
 }
 
@@ -107,7 +120,7 @@ static SETTINGS: &[Setting] = &[
         default: DEFAULT_TOP_KEYS,
         min: 0,
         max: MAX_TOP_KEYS,
-        on_set: Some(super::commands::top::resize),
+        on_set: Some(&TOP_KEYS_SET),
     },
 ];
 
@@ -149,7 +162,7 @@ impl Setting {
     fn set_number(&self, number: i64) {
         if let Setting::Number { value, on_set, .. } = self {
             value.store(number, Relaxed);
-            if let Some(on_set) = on_set {
+            if let Some(on_set) = on_set.and_then(OnceLock::get) {
                 on_set();
             }
         }

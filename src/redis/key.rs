@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use super::api::{rm, Ctx, KeyName};
+use super::ffi::{rm, Ctx, KeyName};
 use super::types::Stored;
 use crate::algorithms::penalty::{Penalizable, Penalized};
 use crate::error::CommandError;

@@ -14,7 +14,7 @@ use std::ffi::c_int;
 
 use redis_module::raw;
 
-use super::api::{config_get, db_size, info_keyspace, subscribe_server_event, Ctx};
+use super::ffi::{config_get, db_size, info_keyspace, subscribe_server_event, Ctx};
 
 /// Which keys `maxmemory-policy` may evict.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -1,13 +1,18 @@
 //! Everything that touches the Redis module API. Kept thin: it parses,
 //! loads, calls an algorithm, stores, replicates and replies.
 
-pub mod api;
 pub mod command_info;
 pub mod commands;
 pub mod config;
+pub mod engine;
+pub mod ffi;
 pub mod key;
 pub mod memory;
+pub mod outcome;
 pub mod replicate;
+pub mod request;
+pub mod respond;
+pub mod sketch;
 pub mod stats;
 pub mod types;
 pub mod waiters;
@@ -16,7 +21,7 @@ use std::ffi::c_int;
 
 use redis_module::{raw, Context, RedisString, Status};
 
-use api::{missing_apis, rm};
+use ffi::{missing_apis, rm};
 
 /// Module start-up: check the server has every API we call, take over
 /// key-modification signals (so a peek or a denial does not disturb `WATCH`),
@@ -43,12 +48,12 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
     };
     replicate::init();
     // SAFETY: the loading context, live during the load.
-    if !waiters::init(unsafe { api::Ctx::new(raw_ctx) }) {
+    if !waiters::init(unsafe { ffi::Ctx::new(raw_ctx) }) {
         ctx.log_warning("ratelimit: cannot subscribe to the server's flush and swap events");
         return Status::Err;
     }
     // SAFETY: the loading context, live during the load.
-    memory::init(unsafe { api::Ctx::new(raw_ctx) });
+    memory::init(unsafe { ffi::Ctx::new(raw_ctx) });
     for redis_type in types::every_type() {
         if let Err(why) = redis_type.create_data_type(raw_ctx) {
             ctx.log_warning(&format!("ratelimit: cannot create a data type: {why}"));
@@ -81,6 +86,7 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // SAFETY: `raw_ctx` is the loading context; the callback is a plain fn.
     unsafe { rm!(RedisModule_RegisterInfoFunc)(raw_ctx, Some(stats::info)) };
     let args: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+    config::on_top_keys_set(sketch::resize);
     if let Err(why) = config::register(raw_ctx, &args) {
         ctx.log_warning(&format!("ratelimit: {why}"));
         return Status::Err;

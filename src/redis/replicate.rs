@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
 use redis_module::raw;
 
-use super::api::{now_ms, rm, Args, Ctx};
 use super::config::expiry_slack_ms;
+use super::ffi::{now_ms, rm, Args, Ctx};
 use crate::replay::{Command, Header};
 
 /// The names replays are propagated under, made once at load time and never

@@ -8,11 +8,19 @@
 //! on the hot path.
 
 use std::ffi::{c_int, CStr};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use redis_module::raw;
 
-use super::api::rm;
+use super::ffi::rm;
+use super::sketch;
+
+/// Clients waiting now (`BLOCK`, `super::waiters`).
+pub static WAITING: AtomicUsize = AtomicUsize::new(0);
+/// Waits that ended with the request allowed.
+pub static WAITS_ALLOWED: AtomicU64 = AtomicU64::new(0);
+/// Waits that ended at their deadline (or were unblocked) without it.
+pub static WAITS_TIMED_OUT: AtomicU64 = AtomicU64::new(0);
 
 /// A command's requests: allowed, denied, and denied in `SHADOW` mode
 /// (answered allowed), each counted once.
@@ -108,20 +116,11 @@ pub unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_repo
     // SAFETY: `ctx` is the INFO context Redis passes; a null section name
     // means the module's own section.
     unsafe { rm!(RedisModule_InfoAddSection)(ctx, std::ptr::null()) };
-    let (top_tracked, top_counted) = super::commands::top::info_numbers();
+    let (top_tracked, top_counted) = sketch::info_numbers();
     for (field, value) in [
-        (
-            c"blocked_clients",
-            super::waiters::WAITING.load(Relaxed) as u64,
-        ),
-        (
-            c"waits_allowed",
-            super::waiters::WAITS_ALLOWED.load(Relaxed),
-        ),
-        (
-            c"waits_timed_out",
-            super::waiters::WAITS_TIMED_OUT.load(Relaxed),
-        ),
+        (c"blocked_clients", WAITING.load(Relaxed) as u64),
+        (c"waits_allowed", WAITS_ALLOWED.load(Relaxed)),
+        (c"waits_timed_out", WAITS_TIMED_OUT.load(Relaxed)),
         (c"top_keys_tracked", top_tracked),
         (c"top_denials_counted", top_counted),
     ] {

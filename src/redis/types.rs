@@ -4,13 +4,15 @@
 //! holds, what AOF rewrite emits and what replicas receive are the same bytes.
 
 use std::ffi::{c_int, c_void};
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use super::api::{buffer_ptr, rm};
+use super::ffi::{buffer_ptr, rm};
+use super::stats::WAITING;
 use crate::algorithms::penalty::{self, Penalized, PENALTY_TAG};
 use crate::algorithms::{Algorithm, Decision, Mode, Registered, State};
 use crate::log_throttle::{LogThrottle, Verdict};
@@ -302,16 +304,29 @@ unsafe extern "C" fn digest<A: Stored>(md: *mut raw::RedisModuleDigest, value: *
     }
 }
 
+/// Told the database and name of each key of ours that leaves the
+/// keyspace while clients wait (see [`on_removed`]).
+static REMOVED: OnceLock<fn(c_int, &[u8])> = OnceLock::new();
+
+/// Has `f` told of each key of ours that leaves the keyspace while clients
+/// wait (at load time: `super::waiters` decides its waiters again).
+pub fn on_removed(f: fn(c_int, &[u8])) {
+    let _ = REMOVED.set(f);
+}
+
 /// A key of this type leaves the keyspace (deleted, expired, evicted,
 /// overwritten, renamed or moved away): clients waiting on it are decided
 /// again, against what it holds then.
 unsafe extern "C" fn unlink<A: Stored>(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
-    if super::waiters::WAITING.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+    if WAITING.load(Relaxed) == 0 {
         return;
     }
+    let Some(removed) = REMOVED.get() else {
+        return;
+    };
     // SAFETY: Redis passes the option context of this call.
-    let (db, key) = unsafe { super::api::opt_ctx_key(ctx) };
-    super::waiters::removed(db, &key);
+    let (db, key) = unsafe { super::ffi::opt_ctx_key(ctx) };
+    removed(db, &key);
 }
 
 unsafe extern "C" fn free<A: Stored>(value: *mut c_void) {

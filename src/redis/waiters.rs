@@ -14,7 +14,7 @@
 //! again. A refill or a release costs O(1) plus the waiters it serves,
 //! whatever the queue's length. While a key has waiters, no request jumps
 //! ahead of them: one with `BLOCK` joins the end of the queue, one without
-//! is denied (`super::commands::request::respond`).
+//! is denied (`super::respond::respond`).
 //!
 //! While writes are paused (`CLIENT PAUSE WRITE|ALL`, `FAILOVER`, `CLUSTER
 //! FAILOVER`, `SHUTDOWN` with replicas) nobody is served: a timer that falls
@@ -35,26 +35,23 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_char, c_int, c_void};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
 
-use super::api::{
+use super::config::on_denied;
+use super::ffi::{
     detached, now_ms, rm, subscribe_server_event, writes_paused, Args, Ctx, KeyName, Status,
 };
-use super::commands::request::{answer, Outcome, Request};
-use super::commands::top;
-use super::config::on_denied;
+use super::key::writing_own;
+use super::outcome::Outcome;
 use super::replicate::Run;
+use super::request::{answer, Request};
+use super::sketch;
+use super::stats::{WAITING, WAITS_ALLOWED, WAITS_TIMED_OUT};
+use super::types;
 use crate::algorithms::Mode;
 use crate::error::CommandError;
-
-/// Clients waiting now.
-pub static WAITING: AtomicUsize = AtomicUsize::new(0);
-/// Waits that ended with the request allowed.
-pub static WAITS_ALLOWED: AtomicU64 = AtomicU64::new(0);
-/// Waits that ended at their deadline (or were unblocked) without it.
-pub static WAITS_TIMED_OUT: AtomicU64 = AtomicU64::new(0);
 
 /// How often a pause is looked at, while keys wait for it to end (ms).
 const PAUSE_POLL_MS: i64 = 10;
@@ -287,7 +284,7 @@ pub fn freed(ctx: Ctx<'_>, key: KeyName<'_>) {
 /// context of its own and runs inside whatever removed the key: only a
 /// timer is set here.
 pub fn removed(db: c_int, key: &[u8]) {
-    if WAITING.load(Relaxed) == 0 || super::key::writing_own() {
+    if WAITING.load(Relaxed) == 0 || writing_own() {
         return;
     }
     if let Some(ctx) = detached() {
@@ -316,9 +313,10 @@ pub fn all_changed(ctx: Ctx<'_>, db: Option<c_int>) {
 }
 
 /// Subscribes to the server's events that change every key of a database
-/// at once (at load time).
+/// at once, and has the types tell of keys removed (at load time).
 pub fn init(ctx: Ctx<'_>) -> bool {
-    super::api::init_detached(ctx);
+    super::ffi::init_detached(ctx);
+    types::on_removed(removed);
     subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FLUSHDB, flushed)
         && subscribe_server_event(ctx, raw::REDISMODULE_EVENT_SWAPDB, swapped)
 }
@@ -520,7 +518,7 @@ fn serve(ctx: Ctx<'_>, db: c_int, key: &[u8]) {
                 waiter.request.counter().count(false, false);
                 for key in outcome.denying(&names.key_names()) {
                     on_denied(ctx, key, false);
-                    top::denied(key);
+                    sketch::denied(key);
                 }
                 finish(ctx, &waiter, Ok(outcome));
             }

@@ -1,22 +1,18 @@
 //! `RL.ALL numkeys key [key ...] <ALGORITHM params> [...] [options]`:
 //! every tier checked at one instant; the request is taken from all of them
-//! or from none. A tier whose key is under a penalty denies; with `PENALTY`,
-//! the tiers that denied on their own get one.
+//! or from none (`super::super::engine::all`).
 
 use std::ffi::c_int;
 
 use redis_module::raw;
 
-use super::super::api::{rm, run, Args, Ctx, KeyName, Status};
 use super::super::config;
-use super::super::key::Key;
+use super::super::ffi::{rm, run, Args, Ctx, KeyName, Status};
 use super::super::replicate::Run;
-use super::check::{out_of_memory, store, written, Checked};
-use super::request::{penalty_of, respond, Request};
-use crate::algorithms::penalty;
-use crate::algorithms::{Decision, Mode};
+use super::super::request::Request;
+use super::super::respond::respond;
 use crate::error::CommandError;
-use crate::parse::{self, AllArgs, Tier};
+use crate::parse::{self, AllArgs};
 use crate::replay::Command;
 
 pub unsafe extern "C" fn all_command(
@@ -78,169 +74,4 @@ pub fn declare_keys(ctx: Ctx<'_>, words: &[&[u8]]) -> Status {
         }
     }
     Status
-}
-
-/// Stores what a tier took, once every tier has allowed.
-type Commit<'a> = Box<dyn FnOnce(&Run<'a>, KeyName<'a>) -> Result<(), CommandError> + 'a>;
-
-/// What one tier decided, and how to store what it took, not yet done.
-struct Planned<'a> {
-    decision: Decision,
-    commit: Option<Commit<'a>>,
-    /// Whether the commit creates the key or grows its state.
-    grows: bool,
-    /// Whether the tier's key is under a penalty (which denied).
-    penalized: bool,
-}
-
-/// `RL.ALL`'s tiers on `keys`, in `mode`: every tier decides at one
-/// instant, before anything is written, so that a WRONGTYPE or a denial on
-/// any tier leaves every key as it was; only when every tier allows is the
-/// request taken from all.
-pub fn all<'a>(
-    run: &Run<'a>,
-    keys: &[KeyName<'a>],
-    parsed: &AllArgs,
-    mode: Mode,
-) -> Result<(Decision, Vec<Decision>), CommandError> {
-    let cost = parsed.options.cost;
-    let mut planned = Vec::with_capacity(keys.len());
-    for (tier, &key_name) in parsed.tiers.iter().zip(keys) {
-        planned.push(plan_tier(run, key_name, tier, cost, mode)?);
-    }
-    let mut decisions: Vec<Decision> = planned.iter().map(|p| p.decision).collect();
-    if Decision::all_of(&decisions).allowed {
-        if mode == Mode::Take && planned.iter().any(|p| p.grows) {
-            out_of_memory(run)?;
-        }
-        for (tier, &key_name) in planned.into_iter().zip(keys) {
-            if let Some(commit) = tier.commit {
-                commit(run, key_name)?;
-            }
-        }
-    } else if mode == Mode::Take {
-        // Nothing was taken: a tier that would have allowed reports what
-        // it holds now, as a peek does; a tier that denied on its own gets
-        // the penalty, if one was asked; every key keeps its expiry in its
-        // band.
-        let penalty_ms = penalty_of(&parsed.options);
-        for (((decision, planned), tier), &key_name) in decisions
-            .iter_mut()
-            .zip(&planned)
-            .zip(&parsed.tiers)
-            .zip(keys)
-        {
-            if decision.allowed {
-                *decision = plan_tier(run, key_name, tier, cost, Mode::Peek)?.decision;
-            }
-            let starts =
-                penalty_ms.filter(|_| !planned.penalized && penalty::starts(decision, mode));
-            let until_ms = starts.map(|ms| penalty::ends_at(run.now_ms, ms));
-            if let Some(until_ms) = until_ms {
-                *decision = penalty::denied_until(until_ms, run.now_ms, *decision);
-            }
-            settle_tier(run, key_name, tier, until_ms)?;
-        }
-    }
-    Ok((Decision::all_of(&decisions), decisions))
-}
-
-/// Plans the tier of the algorithm `tier` names, made from the registry so
-/// every algorithm has its arm and no other.
-macro_rules! plan_tier {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
-        others { $($others:tt)* }
-    ) => {
-        fn plan_tier<'a>(
-            run: &Run<'a>,
-            key_name: KeyName<'a>,
-            tier: &Tier,
-            cost: u64,
-            mode: Mode,
-        ) -> Result<Planned<'a>, CommandError> {
-            match *tier {
-                $(Tier::$ty(params) => {
-                    plan::<crate::algorithms::$module::$ty>(run, key_name, params, cost, mode)
-                })*
-            }
-        }
-
-        /// Gives a tier's key the penalty that starts, if one does, and
-        /// puts its expiry in its band, if it holds that tier's state.
-        fn settle_tier(
-            run: &Run<'_>,
-            key_name: KeyName<'_>,
-            tier: &Tier,
-            penalty_until: Option<i64>,
-        ) -> Result<(), CommandError> {
-            match *tier {
-                $(Tier::$ty(_) => {
-                    settle::<crate::algorithms::$module::$ty>(run, key_name, penalty_until)
-                })*
-            }
-        }
-    };
-}
-crate::registry!(plan_tier);
-
-fn plan<'a, A: Checked>(
-    run: &Run<'a>,
-    key_name: KeyName<'a>,
-    params: A::Params,
-    cost: u64,
-    mode: Mode,
-) -> Result<Planned<'a>, CommandError> {
-    let mut key = Key::open(run.ctx, key_name, false);
-    let held = key.held::<A>()?;
-    if let Some(until_ms) = held
-        .as_ref()
-        .and_then(|h| h.until_ms)
-        .and_then(|until| penalty::in_force(until, run.now_ms))
-    {
-        let state = held.map(|h| &*h.state);
-        let (own, _) = A::check_with(state, params, run.now_ms, cost, Mode::Peek);
-        return Ok(Planned {
-            decision: penalty::denied_until(until_ms, run.now_ms, own),
-            commit: None,
-            grows: false,
-            penalized: true,
-        });
-    }
-    let stored = held.map(|h| &*h.state);
-    let grows = match stored {
-        Some(state) => state.grows_with(params, run.now_ms, cost),
-        None => true,
-    };
-    let (decision, next) = A::check_with(stored, params, run.now_ms, cost, mode);
-    Ok(Planned {
-        grows: grows && next.is_some(),
-        decision,
-        penalized: false,
-        commit: next.map(|next| {
-            Box::new(move |run: &Run<'a>, key_name: KeyName<'a>| {
-                let mut key = Key::open(run.ctx, key_name, true);
-                store(run, &mut key, key_name, next)
-            }) as Commit<'a>
-        }),
-    })
-}
-
-fn settle<A: Checked>(
-    run: &Run<'_>,
-    key_name: KeyName<'_>,
-    penalty_until: Option<i64>,
-) -> Result<(), CommandError> {
-    let mut key = Key::open(run.ctx, key_name, true);
-    let Some(before_ms) = key.held::<A>()?.map(|held| held.fresh_at_ms()) else {
-        return Ok(());
-    };
-    if let Some(until_ms) = penalty_until {
-        key.penalize::<A>(until_ms, run.now_ms)?;
-    }
-    let fresh_at_ms = before_ms.max(penalty_until.unwrap_or(before_ms));
-    if key.settle_expiry(fresh_at_ms, run.expiry_slack_ms) || penalty_until.is_some() {
-        written(run, key_name);
-    }
-    Ok(())
 }

@@ -8,11 +8,12 @@ use std::ffi::c_int;
 
 use redis_module::raw;
 
-use super::super::api::{run, Args, Ctx, Status, Words};
+use super::super::engine::leases::release;
+use super::super::ffi::{run, Args, Ctx, Status, Words};
 use super::super::replicate::Run;
+use super::super::request::Request;
+use super::super::waiters;
 use super::all::{declare_keys, keys};
-use super::leases::release;
-use super::request::Request;
 use crate::error::CommandError;
 use crate::parse;
 use crate::replay::{Command, Header};
@@ -33,7 +34,11 @@ fn apply_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
         let run = Run::replay(ctx, &header);
         let key = args.key(1).ok_or(CommandError::Arity)?;
         let result = match header.command {
-            Command::Release => release(&run, Some(key), &words).map(drop),
+            Command::Release => release(&run, Some(key), &words).map(|released| {
+                if released {
+                    waiters::freed(ctx, key);
+                }
+            }),
             Command::All => Err(CommandError::invalid_state("RL.ALL replays as RL.APPLYALL")),
             command => Request::parse(command, &words, header.drawn_id)
                 .and_then(|request| request.decide(&run, &[key], request.mode()))

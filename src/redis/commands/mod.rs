@@ -7,36 +7,22 @@ mod all;
 mod apply;
 mod check;
 mod leases;
-pub mod request;
 mod state;
-pub mod top;
+mod top;
 
-use std::ffi::{c_int, CStr, CString};
+use std::ffi::{CStr, CString};
 
-use super::api::Handler;
 use super::command_info::{
-    arg, double, integer, key, pure_token, string, Arg, ArgKind, Doc, KeyPosition, KeySpec, ACCESS,
-    DELETE, FIRST_RELEASE, OW, RO, RW, UPDATE,
+    arg, double, integer, key, pure_token, string, Arg, ArgKind, Command, Doc, KeyPosition,
+    KeySpec, ACCESS, DELETE, FIRST_RELEASE, OW, RO, RW, UPDATE,
 };
+use super::engine::Checked;
+use super::ffi::Handler;
 use crate::words::syntax::{Kind, Syntax, Word};
-
-pub use check::Checked;
-
-/// A command as Redis registers it, with its documentation.
-pub struct Command {
-    /// The name, lower case (`rl.tokenbucket`).
-    pub name: CString,
-    pub handler: Handler,
-    pub flags: &'static CStr,
-    /// Redis's `first_key, last_key, key_step` (all 0 when the command
-    /// answers keys-position requests itself).
-    pub keys: (c_int, c_int, c_int),
-    pub doc: Doc,
-}
 
 /// Flags of a command that decides a request: it may write the key. Not
 /// `deny-oom`: at `maxmemory` it still decides, refusing itself only what
-/// would take more memory (`check::out_of_memory`).
+/// would take more memory (`super::engine::store::out_of_memory`).
 const CHECK: &CStr = c"write fast";
 
 /// A check reads the state, answers from it, and updates it (creating the key

@@ -5,8 +5,8 @@ use std::ffi::c_int;
 
 use redis_module::raw;
 
-use super::super::api::{buffer_ptr, now_ms, rm, run, Args, Ctx, KeyName, Status};
 use super::super::config::expiry_slack_ms;
+use super::super::ffi::{buffer_ptr, now_ms, rm, run, Args, Ctx, KeyName, Status};
 use super::super::key::Key;
 use super::super::types::{first_of, on_tag, StateVisitor, Stored};
 use crate::algorithms::{Field, MAX_TIMESTAMP_MS};

@@ -15,14 +15,14 @@ use crate::error::CommandError;
 /// a function of that list can be named here: anything else does not build.
 macro_rules! rm {
     ($name:ident) => {{
-        let () = $crate::redis::api::listed::$name;
+        let () = $crate::redis::ffi::listed::$name;
         // SAFETY: Redis writes these pointers once, while loading the module,
         // before any command or callback of ours can run; reading a copy is sound.
         #[allow(unused_unsafe)]
         let f = unsafe { redis_module::raw::$name };
         match f {
             Some(f) => f,
-            None => $crate::redis::api::missing_api(stringify!($name)),
+            None => $crate::redis::ffi::missing_api(stringify!($name)),
         }
     }};
 }

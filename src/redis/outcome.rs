@@ -1,0 +1,131 @@
+//! What a request is answered ([`Outcome`]), and how: the replies of every
+//! command that decides requests, written once, beside the answer.
+
+use super::ffi::{Ctx, KeyName, Status};
+use crate::algorithms::Decision;
+use crate::redis_cell::cl_throttle_reply;
+
+/// What a request is answered.
+#[derive(Clone)]
+pub enum Outcome {
+    Decision(Decision),
+    Throttle(Decision),
+    /// An acquire's decision and, when allowed, its lease's id.
+    Acquired(Decision, Option<Vec<u8>>),
+    /// `RL.ALL`'s combined decision and each tier's.
+    All(Decision, Vec<Decision>),
+}
+
+impl Outcome {
+    pub fn decision(&self) -> &Decision {
+        match self {
+            Outcome::Decision(d) | Outcome::Throttle(d) | Outcome::Acquired(d, _) => d,
+            Outcome::All(d, _) => d,
+        }
+    }
+
+    /// The same answer, denied: what a request gets when it did not take,
+    /// because others wait before it or its wait ran out. `retry_after_ms`
+    /// is at least `at_least_ms` (or -1 when it can never pass).
+    pub fn denied(self, at_least_ms: i64) -> Outcome {
+        let deny = |d: Decision| Decision {
+            allowed: false,
+            retry_after_ms: if d.retry_after_ms < 0 {
+                -1
+            } else {
+                d.retry_after_ms.max(at_least_ms).max(1)
+            },
+            delay_ms: None,
+            ..d
+        };
+        match self {
+            Outcome::Decision(d) => Outcome::Decision(deny(d)),
+            Outcome::Throttle(d) => Outcome::Throttle(deny(d)),
+            Outcome::Acquired(d, _) => Outcome::Acquired(deny(d), None),
+            Outcome::All(d, tiers) => Outcome::All(deny(d), tiers),
+        }
+    }
+
+    /// What a `SHADOW` request is answered: every denial allowed, its wait
+    /// kept (so allowed with a wait means "would have been denied"), a
+    /// leaky bucket's without a delay (it joined no queue). The request
+    /// took nothing: a denial never does.
+    pub fn shadowed(self) -> Outcome {
+        let allow = |d: Decision| Decision { allowed: true, ..d };
+        match self {
+            Outcome::Decision(d) => Outcome::Decision(allow(d)),
+            Outcome::Throttle(d) => Outcome::Throttle(allow(d)),
+            Outcome::Acquired(d, id) => Outcome::Acquired(allow(d), id),
+            Outcome::All(d, tiers) => {
+                Outcome::All(allow(d), tiers.into_iter().map(allow).collect())
+            }
+        }
+    }
+
+    /// The keys whose decision denied: the one key, or `RL.ALL`'s denying
+    /// tiers'.
+    pub fn denying<'a>(&self, keys: &[KeyName<'a>]) -> Vec<KeyName<'a>> {
+        match self {
+            Outcome::All(_, tiers) => tiers
+                .iter()
+                .zip(keys)
+                .filter(|(tier, _)| !tier.allowed)
+                .map(|(_, key)| *key)
+                .collect(),
+            _ if self.decision().allowed => Vec::new(),
+            _ => keys.first().copied().into_iter().collect(),
+        }
+    }
+
+    pub fn reply(&self, ctx: Ctx<'_>) -> Status {
+        match self {
+            Outcome::Decision(d) => reply_decision(ctx, d),
+            Outcome::Throttle(d) => ctx.reply_integers(&cl_throttle_reply(d)),
+            Outcome::Acquired(d, id) => reply_five_then(ctx, d, || match id {
+                Some(id) => {
+                    ctx.reply_bytes(id);
+                }
+                None => {
+                    ctx.reply_null();
+                }
+            }),
+            Outcome::All(combined, tiers) => reply_five_then(ctx, combined, || {
+                ctx.reply_array(tiers.len());
+                for tier in tiers {
+                    reply_decision(ctx, tier);
+                }
+            }),
+        }
+    }
+}
+
+/// The reply of a check: the five integers, and a leaky bucket's delay.
+fn reply_decision(ctx: Ctx<'_>, d: &Decision) -> Status {
+    match d.delay_ms {
+        None => ctx.reply_integers(&five(d)),
+        Some(delay_ms) => reply_five_then(ctx, d, || {
+            ctx.reply_integer(delay_ms);
+        }),
+    }
+}
+
+/// A reply of six elements: the five integers, then what `sixth` replies.
+fn reply_five_then(ctx: Ctx<'_>, d: &Decision, sixth: impl FnOnce()) -> Status {
+    ctx.reply_array(6);
+    for value in five(d) {
+        ctx.reply_integer(value);
+    }
+    sixth();
+    Status
+}
+
+/// The five integers every check reply starts with.
+fn five(d: &Decision) -> [i64; 5] {
+    [
+        i64::from(d.allowed),
+        d.limit as i64,
+        d.remaining as i64,
+        d.retry_after_ms,
+        d.reset_after_ms,
+    ]
+}
