@@ -25,13 +25,11 @@
 //!   module's start-up hands [`on_top_keys_set`]: this file imports no
 //!   file above it).
 
-use std::ffi::{c_char, c_int, c_longlong, c_void, CStr};
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
-use redis_module::raw;
-
-use super::ffi::{rm, Ctx, KeyName};
+use super::ffi::{self, config::NumberSetting, Ctx, KeyName};
 use crate::replay::MAX_EXPIRY_SLACK_MS;
 
 static DENY_EVENTS: AtomicBool = AtomicBool::new(false);
@@ -168,104 +166,50 @@ impl Setting {
         }
     }
 
-    fn register(&'static self, ctx: *mut raw::RedisModuleCtx) -> c_int {
+    /// Registers the setting with Redis (at load time).
+    fn register(&'static self, ctx: Ctx<'_>) -> bool {
         match self {
-            // SAFETY (both arms): `ctx` is the loading context; the name is a
-            // static C string; `privdata` points to a static that outlives
-            // the module, of the type the callbacks read (the flag itself;
-            // the whole `Setting` for a number, whose `on_set` they call).
             Setting::YesNo {
                 name,
                 value,
                 default,
-            } => unsafe {
-                rm!(RedisModule_RegisterBoolConfig)(
-                    ctx,
-                    name.as_ptr(),
-                    c_int::from(*default),
-                    raw::REDISMODULE_CONFIG_DEFAULT,
-                    Some(get_bool),
-                    Some(set_bool),
-                    None,
-                    std::ptr::from_ref(*value).cast_mut().cast(),
-                )
-            },
+            } => ffi::config::register_bool(ctx, name, *default, value),
             Setting::Number {
                 name,
                 default,
                 min,
                 max,
                 ..
-            } => unsafe {
-                rm!(RedisModule_RegisterNumericConfig)(
-                    ctx,
-                    name.as_ptr(),
-                    *default,
-                    raw::REDISMODULE_CONFIG_DEFAULT,
-                    *min,
-                    *max,
-                    Some(get_number),
-                    Some(set_number),
-                    None,
-                    std::ptr::from_ref(self).cast_mut().cast(),
-                )
-            },
+            } => ffi::config::register_number(ctx, name, *default, *min, *max, self),
         }
     }
 }
 
-unsafe extern "C" fn get_bool(_name: *const c_char, privdata: *mut c_void) -> c_int {
-    // SAFETY: `privdata` is the `&'static AtomicBool` given at registration.
-    let flag = unsafe { &*privdata.cast::<AtomicBool>() };
-    c_int::from(flag.load(Relaxed))
-}
-
-unsafe extern "C" fn set_bool(
-    _name: *const c_char,
-    value: c_int,
-    privdata: *mut c_void,
-    _err: *mut *mut raw::RedisModuleString,
-) -> c_int {
-    // SAFETY: as in `get_bool`.
-    let flag = unsafe { &*privdata.cast::<AtomicBool>() };
-    flag.store(value != 0, Relaxed);
-    raw::REDISMODULE_OK as c_int
-}
-
-unsafe extern "C" fn get_number(_name: *const c_char, privdata: *mut c_void) -> c_longlong {
-    // SAFETY: `privdata` is the `&'static Setting` given at registration.
-    match unsafe { &*privdata.cast::<Setting>() } {
-        Setting::Number { value, .. } => value.load(Relaxed),
-        Setting::YesNo { .. } => 0,
+impl NumberSetting for Setting {
+    fn get(&self) -> i64 {
+        match self {
+            Setting::Number { value, .. } => value.load(Relaxed),
+            Setting::YesNo { .. } => 0,
+        }
     }
-}
 
-/// Redis checks the bounds given at registration before calling this.
-unsafe extern "C" fn set_number(
-    _name: *const c_char,
-    value: c_longlong,
-    privdata: *mut c_void,
-    _err: *mut *mut raw::RedisModuleString,
-) -> c_int {
-    // SAFETY: as in `get_number`.
-    let setting = unsafe { &*privdata.cast::<Setting>() };
-    setting.set_number(value);
-    raw::REDISMODULE_OK as c_int
+    fn set(&self, value: i64) {
+        self.set_number(value);
+    }
 }
 
 /// Registers the settings and loads their values from redis.conf, then from
 /// the `loadmodule` arguments. An unknown name or a bad value fails the load.
-pub fn register(ctx: *mut raw::RedisModuleCtx, args: &[&[u8]]) -> Result<(), String> {
+pub fn register(ctx: Ctx<'_>, args: &[&[u8]]) -> Result<(), String> {
     for setting in SETTINGS {
-        if setting.register(ctx) != raw::REDISMODULE_OK as c_int {
+        if !setting.register(ctx) {
             return Err(format!(
                 "cannot register the setting {}",
                 setting.name().to_string_lossy()
             ));
         }
     }
-    // SAFETY: `ctx` is the loading context, after every registration.
-    if unsafe { rm!(RedisModule_LoadConfigs)(ctx) } != raw::REDISMODULE_OK as c_int {
+    if !ffi::config::load(ctx) {
         return Err("cannot load the module's settings from the configuration".into());
     }
     for pair in args.chunks(2) {
@@ -301,15 +245,6 @@ pub fn on_denied(ctx: Ctx<'_>, key_name: KeyName<'_>, shadow: bool) {
         } else {
             c"rl.denied"
         };
-        // SAFETY: `ctx` and `key_name` belong to the running command; the
-        // event name is a static C string.
-        unsafe {
-            rm!(RedisModule_NotifyKeyspaceEvent)(
-                ctx.raw(),
-                raw::REDISMODULE_NOTIFY_MODULE as c_int,
-                event.as_ptr(),
-                key_name.raw(),
-            )
-        };
+        ctx.notify_module_event(event, key_name);
     }
 }

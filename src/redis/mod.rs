@@ -17,11 +17,9 @@ pub mod stats;
 pub mod types;
 pub mod waiters;
 
-use std::ffi::c_int;
-
 use redis_module::{raw, Context, RedisString, Status};
 
-use ffi::{missing_apis, rm};
+use ffi::{missing_apis, Ctx};
 
 /// Module start-up: check the server has every API we call, take over
 /// key-modification signals (so a peek or a denial does not disturb `WATCH`),
@@ -37,57 +35,33 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ));
         return Status::Err;
     }
-    let raw_ctx = ctx.get_raw();
-    // SAFETY: `raw_ctx` is the loading context.
-    unsafe {
-        rm!(RedisModule_SetModuleOptions)(
-            raw_ctx,
-            (raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED
-                | raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS) as c_int,
-        )
-    };
+    let loading = Ctx::loading(ctx);
+    loading.set_module_options(
+        raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED
+            | raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS,
+    );
     replicate::init();
-    // SAFETY: the loading context, live during the load.
-    if !waiters::init(unsafe { ffi::Ctx::new(raw_ctx) }) {
+    if !waiters::init(loading) {
         ctx.log_warning("ratelimit: cannot subscribe to the server's flush and swap events");
         return Status::Err;
     }
-    // SAFETY: the loading context, live during the load.
-    memory::init(unsafe { ffi::Ctx::new(raw_ctx) });
+    memory::init(loading);
     for redis_type in types::every_type() {
-        if let Err(why) = redis_type.create_data_type(raw_ctx) {
+        if let Err(why) = redis_type.create_data_type(loading.raw()) {
             ctx.log_warning(&format!("ratelimit: cannot create a data type: {why}"));
             return Status::Err;
         }
     }
     for command in commands::table() {
-        // SAFETY: `raw_ctx` is the loading context; the name and flags are C
-        // strings that Redis copies.
-        let status = unsafe {
-            rm!(RedisModule_CreateCommand)(
-                raw_ctx,
-                command.name.as_ptr(),
-                Some(command.handler),
-                command.flags.as_ptr(),
-                command.keys.0,
-                command.keys.1,
-                command.keys.2,
-            )
-        };
-        if status != raw::REDISMODULE_OK as c_int {
-            ctx.log_warning(&format!("ratelimit: cannot register {:?}", command.name));
-            return Status::Err;
-        }
-        if let Err(why) = command_info::document(raw_ctx, &command.name, &command.doc) {
+        if let Err(why) = ffi::command::register(loading, &command) {
             ctx.log_warning(&format!("ratelimit: {why}"));
             return Status::Err;
         }
     }
-    // SAFETY: `raw_ctx` is the loading context; the callback is a plain fn.
-    unsafe { rm!(RedisModule_RegisterInfoFunc)(raw_ctx, Some(stats::info)) };
+    ffi::info::register(loading, stats::info_fields);
     let args: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
     config::on_top_keys_set(sketch::resize);
-    if let Err(why) = config::register(raw_ctx, &args) {
+    if let Err(why) = config::register(loading, &args) {
         ctx.log_warning(&format!("ratelimit: {why}"));
         return Status::Err;
     }

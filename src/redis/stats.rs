@@ -7,12 +7,9 @@
 //! and store, not a locked read-modify-write: counting costs next to nothing
 //! on the hot path.
 
-use std::ffi::{c_int, CStr};
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
-use redis_module::raw;
-
-use super::ffi::rm;
 use super::sketch;
 
 /// Clients waiting now (`BLOCK`, `super::waiters`).
@@ -111,30 +108,19 @@ pub static CL_THROTTLE: Counter = Counter::new(fields!("cl_throttle"), false);
 pub static ALL: Counter = Counter::new(fields!("all"), true);
 pub static ACQUIRE: Counter = Counter::new(fields!("acquire"), false);
 
-/// The `INFO` callback: one section, named after the module.
-pub unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
-    // SAFETY: `ctx` is the INFO context Redis passes; a null section name
-    // means the module's own section.
-    unsafe { rm!(RedisModule_InfoAddSection)(ctx, std::ptr::null()) };
+/// The fields of the module's section of `INFO` (see `super::ffi::info`).
+pub fn info_fields(add: &mut dyn FnMut(&'static CStr, u64)) {
     let (top_tracked, top_counted) = sketch::info_numbers();
-    for (field, value) in [
-        (c"blocked_clients", WAITING.load(Relaxed) as u64),
-        (c"waits_allowed", WAITS_ALLOWED.load(Relaxed)),
-        (c"waits_timed_out", WAITS_TIMED_OUT.load(Relaxed)),
-        (c"top_keys_tracked", top_tracked),
-        (c"top_denials_counted", top_counted),
-    ] {
-        // SAFETY: `ctx` is the INFO context; `field` is a static C string.
-        unsafe { rm!(RedisModule_InfoAddFieldULongLong)(ctx, field.as_ptr(), value) };
-    }
+    add(c"blocked_clients", WAITING.load(Relaxed) as u64);
+    add(c"waits_allowed", WAITS_ALLOWED.load(Relaxed));
+    add(c"waits_timed_out", WAITS_TIMED_OUT.load(Relaxed));
+    add(c"top_keys_tracked", top_tracked);
+    add(c"top_denials_counted", top_counted);
     for counter in every() {
         // A command that cannot be given SHADOW has no such line.
         let lines = if counter.shadowable { 3 } else { 2 };
         for (field, value) in counter.fields.iter().zip(&counter.counts).take(lines) {
-            // SAFETY: as above; `field` is a static C string.
-            unsafe {
-                rm!(RedisModule_InfoAddFieldULongLong)(ctx, field.as_ptr(), value.load(Relaxed))
-            };
+            add(field, value.load(Relaxed));
         }
     }
 }

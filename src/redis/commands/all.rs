@@ -2,12 +2,8 @@
 //! every tier checked at one instant; the request is taken from all of them
 //! or from none (`super::super::engine::all`).
 
-use std::ffi::c_int;
-
-use redis_module::raw;
-
 use super::super::config;
-use super::super::ffi::{rm, run, Args, Ctx, KeyName, Status};
+use super::super::ffi::{command, Args, Ctx, KeyName, Status};
 use super::super::replicate::Run;
 use super::super::request::Request;
 use super::super::respond::respond;
@@ -15,18 +11,13 @@ use crate::error::CommandError;
 use crate::parse::{self, AllArgs};
 use crate::replay::Command;
 
-pub unsafe extern "C" fn all_command(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    // SAFETY: Redis passes this command's own context and arguments.
-    unsafe { run(ctx, argv, argc, all_reply) }
+command! {
+    pub fn all_command => all_reply;
 }
 
 fn all_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     if ctx.is_keys_position_request() {
-        return declare_keys(ctx, &args.bytes_from(1));
+        return declare_keys(ctx, args, &args.bytes_from(1));
     }
     let words = args.bytes_from(1);
     if let Err(error) = within_max_keys(&words) {
@@ -66,11 +57,10 @@ fn within_max_keys(words: &[&[u8]]) -> Result<(), CommandError> {
 /// ACLs, `COMMAND GETKEYS`), given the words from `numkeys` on: the
 /// `numkeys` arguments after `numkeys`, or none when `numkeys` is not valid
 /// (the command itself then says why).
-pub fn declare_keys(ctx: Ctx<'_>, words: &[&[u8]]) -> Status {
+pub fn declare_keys(ctx: Ctx<'_>, args: &Args<'_>, words: &[&[u8]]) -> Status {
     if let Ok(n) = parse::numkeys(words) {
         for position in 2..2 + n {
-            // SAFETY: `ctx` is a keys-position request; `position` < argc.
-            unsafe { rm!(RedisModule_KeyAtPos)(ctx.raw(), position as c_int) };
+            ctx.key_at_pos(args, position);
         }
     }
     Status

@@ -4,12 +4,8 @@
 //! on the time and settings the primary pinned. Only a server's primary or
 //! its AOF may send them: a client could otherwise pin any time.
 
-use std::ffi::c_int;
-
-use redis_module::raw;
-
 use super::super::engine::leases::release;
-use super::super::ffi::{run, Args, Ctx, Status, Words};
+use super::super::ffi::{command, Args, Ctx, Status, Words};
 use super::super::replicate::Run;
 use super::super::request::Request;
 use super::super::waiters;
@@ -18,15 +14,10 @@ use crate::error::CommandError;
 use crate::parse;
 use crate::replay::{Command, Header};
 
-/// `RL.APPLY key <header><word> [word ...]`: a replay of a command on one
-/// key.
-pub unsafe extern "C" fn apply_command(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    // SAFETY: Redis passes this command's own context and arguments.
-    unsafe { run(ctx, argv, argc, apply_reply) }
+command! {
+    /// `RL.APPLY key <header><word> [word ...]`: a replay of a command on one
+    /// key.
+    pub fn apply_command => apply_reply;
 }
 
 fn apply_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
@@ -50,15 +41,10 @@ fn apply_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     reply(ctx, result)
 }
 
-/// `RL.APPLYALL <header><numkeys> key [key ...] <specs> [options]`: a replay
-/// of `RL.ALL`.
-pub unsafe extern "C" fn apply_all_command(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    // SAFETY: Redis passes this command's own context and arguments.
-    unsafe { run(ctx, argv, argc, apply_all_reply) }
+command! {
+    /// `RL.APPLYALL <header><numkeys> key [key ...] <specs> [options]`: a replay
+    /// of `RL.ALL`.
+    pub fn apply_all_command => apply_all_reply;
 }
 
 fn apply_all_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
@@ -67,7 +53,7 @@ fn apply_all_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
         if let Some(first) = words.first_mut() {
             *first = Header::unglue(first).map_or(&[][..], |(_, numkeys)| numkeys);
         }
-        return declare_keys(ctx, &words);
+        return declare_keys(ctx, args, &words);
     }
     let result = replayed(ctx, args, 1).and_then(|(header, words)| {
         if header.command != Command::All {
@@ -92,8 +78,7 @@ fn replayed<'a>(
     args: &Args<'a>,
     glued_at: usize,
 ) -> Result<(Header, Words<'a>), CommandError> {
-    let trusted = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
-    if ctx.flags() & trusted as c_int == 0 {
+    if !ctx.from_primary_or_aof() {
         return Err(CommandError::internal_command());
     }
     let mut words = args.bytes_from(glued_at);

@@ -3,12 +3,8 @@
 //! to `super::super::respond`; the engine decides it
 //! (`super::super::engine::check`).
 
-use std::ffi::c_int;
-
-use redis_module::raw;
-
 use super::super::engine::Checked;
-use super::super::ffi::{run, Args, Ctx, Status};
+use super::super::ffi::{command, Args, Ctx, Status};
 use super::super::replicate::Run;
 use super::super::request::Request;
 use super::super::respond::respond;
@@ -17,14 +13,9 @@ use crate::parse::{self, IntoTier};
 use crate::redis_cell::cl_throttle;
 use crate::replay::Command;
 
-/// `RL.<ALGORITHM> key <params> [COST n] [PEEK] [BLOCK ms]`.
-pub unsafe extern "C" fn check_command<A: Checked>(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    // SAFETY: Redis passes this command's own context and arguments.
-    unsafe { run(ctx, argv, argc, check_reply::<A>) }
+command! {
+    /// `RL.<ALGORITHM> key <params> [COST n] [PEEK] [BLOCK ms]`.
+    pub fn check_command<A: Checked> => check_reply::<A>;
 }
 
 fn check_reply<A: Checked>(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
@@ -47,15 +38,10 @@ fn one_key(run: &Run<'_>, args: &Args<'_>, request: Result<Request, CommandError
     }
 }
 
-/// `CL.THROTTLE key max_burst count period [quantity]`: redis-cell's command
-/// and reply, on the GCRA type (so `RL.GCRA` reads the same keys).
-pub unsafe extern "C" fn cl_throttle_command(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    // SAFETY: Redis passes this command's own context and arguments.
-    unsafe { run(ctx, argv, argc, cl_throttle_reply_to) }
+command! {
+    /// `CL.THROTTLE key max_burst count period [quantity]`: redis-cell's command
+    /// and reply, on the GCRA type (so `RL.GCRA` reads the same keys).
+    pub fn cl_throttle_command => cl_throttle_reply_to;
 }
 
 fn cl_throttle_reply_to(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
@@ -64,16 +50,11 @@ fn cl_throttle_reply_to(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     one_key(&run, args, request)
 }
 
-/// `RL.PEEK key <ALGORITHM> <params> [COST n]`: a check's answer, changing
-/// nothing, from a command flagged read-only, so that read-only replicas and
-/// `EVAL_RO` scripts can answer it (for dashboards reading what is left).
-pub unsafe extern "C" fn peek_command(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    // SAFETY: Redis passes this command's own context and arguments.
-    unsafe { run(ctx, argv, argc, peek_reply) }
+command! {
+    /// `RL.PEEK key <ALGORITHM> <params> [COST n]`: a check's answer, changing
+    /// nothing, from a command flagged read-only, so that read-only replicas and
+    /// `EVAL_RO` scripts can answer it (for dashboards reading what is left).
+    pub fn peek_command => peek_reply;
 }
 
 fn peek_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {

@@ -1,12 +1,8 @@
 //! The concurrency limiter: `RL.ACQUIRE key limit lease [ID id]` and
 //! `RL.RELEASE key id`.
 
-use std::ffi::c_int;
-
-use redis_module::raw;
-
 use super::super::engine::leases::release;
-use super::super::ffi::{run, Args, Ctx, Status};
+use super::super::ffi::{command, Args, Ctx, Status};
 use super::super::replicate::Run;
 use super::super::request::Request;
 use super::super::respond::respond;
@@ -14,15 +10,10 @@ use super::super::waiters;
 use crate::error::CommandError;
 use crate::replay::Command;
 
-/// `RL.ACQUIRE key limit lease [ID id]`: the five integers, then the lease's
-/// id (null when refused).
-pub unsafe extern "C" fn acquire_command(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    // SAFETY: Redis passes this command's own context and arguments.
-    unsafe { run(ctx, argv, argc, acquire_reply) }
+command! {
+    /// `RL.ACQUIRE key limit lease [ID id]`: the five integers, then the lease's
+    /// id (null when refused).
+    pub fn acquire_command => acquire_reply;
 }
 
 fn acquire_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
@@ -37,15 +28,10 @@ fn acquire_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     }
 }
 
-/// `RL.RELEASE key id`: 1 when `id` held a live lease, now given back;
-/// 0 otherwise. The key goes when its last lease does.
-pub unsafe extern "C" fn release_command(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    // SAFETY: Redis passes this command's own context and arguments.
-    unsafe { run(ctx, argv, argc, release_reply) }
+command! {
+    /// `RL.RELEASE key id`: 1 when `id` held a live lease, now given back;
+    /// 0 otherwise. The key goes when its last lease does.
+    pub fn release_command => release_reply;
 }
 
 fn release_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {

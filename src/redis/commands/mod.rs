@@ -13,11 +13,11 @@ mod top;
 use std::ffi::{CStr, CString};
 
 use super::command_info::{
-    arg, double, integer, key, pure_token, string, Arg, ArgKind, Command, Doc, KeyPosition,
-    KeySpec, ACCESS, DELETE, FIRST_RELEASE, OW, RO, RW, UPDATE,
+    arg, double, integer, key, pure_token, string, Arg, ArgKind, Doc, KeyPosition, KeySpec, ACCESS,
+    DELETE, FIRST_RELEASE, OW, RO, RW, UPDATE,
 };
 use super::engine::Checked;
-use super::ffi::Handler;
+use super::ffi::{Command, Handler};
 use crate::words::syntax::{Kind, Syntax, Word};
 
 /// Flags of a command that decides a request: it may write the key. Not

@@ -1,33 +1,24 @@
 //! The commands about a key's state itself: `RL.SETSTATE` (how replicas and
 //! AOF files receive it) and `RL.INFO` (what it holds, for a person).
 
-use std::ffi::c_int;
-
-use redis_module::raw;
-
 use super::super::config::expiry_slack_ms;
-use super::super::ffi::{buffer_ptr, now_ms, rm, run, Args, Ctx, KeyName, Status};
+use super::super::ffi::{command, now_ms, Args, Ctx, KeyName, Status};
 use super::super::key::Key;
 use super::super::types::{first_of, on_tag, StateVisitor, Stored};
 use crate::algorithms::{Field, MAX_TIMESTAMP_MS};
 use crate::error::CommandError;
 
-/// `RL.SETSTATE key state [PXAT ms | KEEPTTL]`: sets `key` to an absolute
-/// state, as encoded by `crate::encoding`. Its expiry: `PXAT`'s, exactly;
-/// none changed with `KEEPTTL` (how AOF rewrite writes a key, Redis adding
-/// the key's own `PEXPIREAT` after it); otherwise in its band after the
-/// state is fresh (`crate::replay::next_expiry`), then replicated with that
-/// expiry as `PXAT`, so a replica sets the very same one. It checks its input
-/// as strictly as any command: a state this module could not have written is
-/// an error, and a key holding anything but that algorithm's type is
-/// WRONGTYPE.
-pub unsafe extern "C" fn set_state_command(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    // SAFETY: Redis passes this command's own context and arguments.
-    unsafe { run(ctx, argv, argc, set_state_reply) }
+command! {
+    /// `RL.SETSTATE key state [PXAT ms | KEEPTTL]`: sets `key` to an absolute
+    /// state, as encoded by `crate::encoding`. Its expiry: `PXAT`'s, exactly;
+    /// none changed with `KEEPTTL` (how AOF rewrite writes a key, Redis adding
+    /// the key's own `PEXPIREAT` after it); otherwise in its band after the
+    /// state is fresh (`crate::replay::next_expiry`), then replicated with that
+    /// expiry as `PXAT`, so a replica sets the very same one. It checks its input
+    /// as strictly as any command: a state this module could not have written is
+    /// an error, and a key holding anything but that algorithm's type is
+    /// WRONGTYPE.
+    pub fn set_state_command => set_state_reply;
 }
 
 fn set_state_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
@@ -102,41 +93,21 @@ impl StateVisitor for SetState<'_> {
             Expiry::Band => {
                 key.settle_expiry(fresh_at_ms, expiry_slack_ms());
                 if let Some(at) = key.expires_at() {
-                    // SAFETY: `ctx` is the running command's; format "sbcl"
-                    // takes the key, the state's bytes and length, a C
-                    // string and a long long.
-                    unsafe {
-                        rm!(RedisModule_Replicate)(
-                            self.ctx.raw(),
-                            c"RL.SETSTATE".as_ptr(),
-                            c"sbcl".as_ptr(),
-                            self.key_name.raw(),
-                            buffer_ptr(self.blob),
-                            self.blob.len(),
-                            c"PXAT".as_ptr(),
-                            at,
-                        )
-                    };
+                    self.ctx.replicate_set_state(self.key_name, self.blob, at);
                     return Ok(());
                 }
             }
         }
-        // SAFETY: `ctx` is the running command's.
-        unsafe { rm!(RedisModule_ReplicateVerbatim)(self.ctx.raw()) };
+        self.ctx.replicate_verbatim();
         Ok(())
     }
 }
 
-/// `RL.INFO key`: what the key holds, for a person: the algorithm, its
-/// parameters as last used, its state as stored, what a request of 1 would
-/// be told now, and the TTL. Null for a missing key.
-pub unsafe extern "C" fn info_command(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    // SAFETY: Redis passes this command's own context and arguments.
-    unsafe { run(ctx, argv, argc, info_reply) }
+command! {
+    /// `RL.INFO key`: what the key holds, for a person: the algorithm, its
+    /// parameters as last used, its state as stored, what a request of 1 would
+    /// be told now, and the TTL. Null for a missing key.
+    pub fn info_command => info_reply;
 }
 
 fn info_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {

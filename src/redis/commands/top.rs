@@ -1,23 +1,14 @@
 //! `RL.TOP [count] [WITHERROR]` / `RL.TOP RESET`: the keys denied most
 //! often on this server, from its sketch (`super::super::sketch`).
 
-use std::ffi::c_int;
-
-use redis_module::raw;
-
-use super::super::command_info::{integer, pure_token, Command, Doc, FIRST_RELEASE, NO_KEYS};
-use super::super::ffi::{run, Args, Ctx, Status};
+use super::super::command_info::{integer, pure_token, Doc, FIRST_RELEASE, NO_KEYS};
+use super::super::ffi::{command, Args, Command, Ctx, Status};
 use super::super::sketch;
 use crate::parse::{self, TopArgs};
 
-/// `RL.TOP [count] [WITHERROR]`, `RL.TOP RESET`.
-pub unsafe extern "C" fn top_command(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    // SAFETY: Redis passes this command's own context and arguments.
-    unsafe { run(ctx, argv, argc, top_reply) }
+command! {
+    /// `RL.TOP [count] [WITHERROR]`, `RL.TOP RESET`.
+    pub fn top_command => top_reply;
 }
 
 fn top_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {

@@ -1,0 +1,163 @@
+//! A command's arguments ([`Args`]) and key names ([`KeyName`]): Redis
+//! string objects, read in place for as long as they live.
+
+use std::ffi::c_int;
+use std::marker::PhantomData;
+
+use redis_module::raw;
+
+use super::api::rm;
+
+/// A key's name, as the Redis string object a command was given: lives as
+/// long as the command's arguments (`'a`).
+#[derive(Clone, Copy)]
+pub struct KeyName<'a> {
+    ptr: *mut raw::RedisModuleString,
+    life: PhantomData<&'a raw::RedisModuleString>,
+}
+
+impl<'a> KeyName<'a> {
+    /// # Safety
+    /// `ptr` must be a live string object for `'a`.
+    pub unsafe fn from_raw(ptr: *mut raw::RedisModuleString) -> Self {
+        Self {
+            ptr,
+            life: PhantomData,
+        }
+    }
+
+    pub fn raw(self) -> *mut raw::RedisModuleString {
+        self.ptr
+    }
+
+    pub fn bytes(self) -> &'a [u8] {
+        // SAFETY: the object lives for `'a` (see `from_raw`).
+        unsafe { string_bytes(self.ptr) }
+    }
+}
+
+/// The command's arguments, as Redis passed them.
+pub struct Args<'a> {
+    argv: *mut *mut raw::RedisModuleString,
+    argc: usize,
+    life: PhantomData<&'a raw::RedisModuleString>,
+}
+
+impl<'a> Args<'a> {
+    /// # Safety
+    /// `argv` and `argc` must be those Redis passed to the running command.
+    pub unsafe fn new(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> Self {
+        Self {
+            argv,
+            argc: usize::try_from(argc).unwrap_or(0),
+            life: PhantomData,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.argc
+    }
+
+    /// The `i`th argument as a key name.
+    pub fn key(&self, i: usize) -> Option<KeyName<'a>> {
+        // SAFETY: `argv` holds `argc` valid pointers for the command's duration.
+        (i < self.argc).then(|| KeyName {
+            ptr: unsafe { *self.argv.add(i) },
+            life: PhantomData,
+        })
+    }
+
+    /// The `i`th argument's bytes.
+    pub fn bytes(&self, i: usize) -> Option<&'a [u8]> {
+        self.key(i).map(KeyName::bytes)
+    }
+
+    /// Puts `new` in place of the `i`th argument and returns the old one.
+    ///
+    /// # Safety
+    /// `i` < `len()`; `new` is a live string object; the caller puts the old
+    /// argument back before the command returns, and nothing reads the
+    /// argument vector in between but Redis's own propagation call, which
+    /// takes references of its own (see `super::replicate`).
+    pub unsafe fn replace(
+        &self,
+        i: usize,
+        new: *mut raw::RedisModuleString,
+    ) -> *mut raw::RedisModuleString {
+        // SAFETY: per this function's contract, `i` is within `argv`.
+        unsafe { std::ptr::replace(self.argv.add(i), new) }
+    }
+
+    /// The bytes of every argument from `from` on.
+    pub fn bytes_from(&self, from: usize) -> Words<'a> {
+        let mut words = Words {
+            inline: [&[]; INLINE_WORDS],
+            len: 0,
+            spilled: Vec::new(),
+        };
+        let count = self.argc.saturating_sub(from);
+        if count <= INLINE_WORDS {
+            for (slot, i) in words.inline.iter_mut().zip(from..self.argc) {
+                *slot = self.bytes(i).unwrap_or_default();
+            }
+            words.len = count;
+        } else {
+            words.spilled = (from..self.argc).filter_map(|i| self.bytes(i)).collect();
+        }
+        words
+    }
+}
+
+/// Arguments held on the stack up to this many (every check command with
+/// its options fits), so parsing allocates nothing.
+const INLINE_WORDS: usize = 12;
+
+/// Argument bytes, as a slice (`Deref`), without a heap allocation for the
+/// usual short commands.
+pub struct Words<'a> {
+    inline: [&'a [u8]; INLINE_WORDS],
+    len: usize,
+    spilled: Vec<&'a [u8]>,
+}
+
+impl<'a> std::ops::Deref for Words<'a> {
+    type Target = [&'a [u8]];
+
+    fn deref(&self) -> &Self::Target {
+        if self.spilled.is_empty() {
+            &self.inline[..self.len]
+        } else {
+            &self.spilled
+        }
+    }
+}
+
+impl std::ops::DerefMut for Words<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        if self.spilled.is_empty() {
+            &mut self.inline[..self.len]
+        } else {
+            &mut self.spilled
+        }
+    }
+}
+
+/// The bytes of a Redis string object.
+///
+/// # Safety
+/// `s` is a live string object, and stays alive and unchanged for `'a`
+/// (the caller ties `'a` to its owner: a command's arguments, a callback's
+/// call).
+pub(super) unsafe fn string_bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
+    let mut len = 0usize;
+    // SAFETY: per this function's contract; Redis returns a pointer to the
+    // object's `len` bytes.
+    unsafe {
+        let ptr = rm!(RedisModule_StringPtrLen)(s, &mut len);
+        if ptr.is_null() {
+            &[]
+        } else {
+            std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+        }
+    }
+}
