@@ -1,35 +1,29 @@
 //! redis-ratelimit: rate limiting as native Redis commands.
 //!
 //! `algorithms` holds each algorithm as plain Rust with an injected clock;
-//! `parse` and `encoding` are plain Rust too; `redis` is the thin layer that
-//! talks to the Redis module API.
+//! `words` (below the algorithms), `parse` (above them) and `encoding` are
+//! plain Rust too; `redis` is the thin layer that talks to the Redis module
+//! API, all of its calls in `redis::ffi`. The layers and what each may
+//! import: tests/layers.rs.
 
-// The pure modules take every client argument and every stored byte: no
-// indexing or slicing that can panic, no `panic!` or `unreachable!` there
-// (clippy.toml exempts tests). Arithmetic is left to the overflow checks of
-// the debug test build and of the fuzz targets (fuzz/): linting every `+`
-// would bury the algorithms' few lines under checked calls.
-#[deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
+// Every module takes client arguments or stored bytes: no indexing or
+// slicing that can panic, no `panic!` or `unreachable!` anywhere, the Redis
+// layer included (clippy.toml exempts tests). Arithmetic is left to the
+// overflow checks of the debug test build and of the fuzz targets (fuzz/):
+// linting every `+` would bury the algorithms' few lines under checked calls.
+#![deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
 pub mod algorithms;
 #[cfg(not(test))]
 mod alloc;
-#[deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
 pub mod encoding;
-#[deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
 pub mod error;
-#[deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
 pub mod log_throttle;
-#[deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
 pub mod parse;
 #[cfg(not(test))]
 mod redis;
-#[deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
 pub mod redis_cell;
-#[deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
 pub mod replay;
-#[deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
 pub mod top;
-#[deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
 pub mod words;
 
 #[cfg(not(test))]

@@ -33,7 +33,6 @@ const LAYERS: &[(&str, &[&str])] = &[
         "entry points: one file per command family (shim, parse, respond)",
         &["redis/commands/"],
     ),
-    ("the documentation of commands", &["redis/command_info.rs"]),
     (
         "from a client's command to its reply",
         &["redis/respond.rs"],
@@ -62,6 +61,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["redis/stats.rs", "redis/sketch.rs", "redis/config.rs"],
     ),
     ("the server's API, behind safe functions", &["redis/ffi/"]),
+    ("the documentation of commands, as data", &["redis/command_info.rs"]),
     ("redis-cell's arguments and replies", &["redis_cell.rs"]),
     ("replays", &["replay.rs"]),
     ("grammar: options, RL.ALL, RL.TOP", &["parse/"]),

@@ -14,7 +14,7 @@ use std::ffi::c_int;
 
 use redis_module::raw;
 
-use super::ffi::{config_get, db_size, info_keyspace, subscribe_server_event, Ctx};
+use super::ffi::{config_get, db_size, info_keyspace, on_config_change, Ctx};
 
 /// Which keys `maxmemory-policy` may evict.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -32,16 +32,7 @@ thread_local! {
 /// Forgets the policy on every configuration change (at load time).
 pub fn init(ctx: Ctx<'_>) {
     // Without the event (older servers), the policy is read every time.
-    let _ = subscribe_server_event(ctx, raw::REDISMODULE_EVENT_CONFIG, config_changed);
-}
-
-unsafe extern "C" fn config_changed(
-    _ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    _subevent: u64,
-    _data: *mut std::ffi::c_void,
-) {
-    POLICY.with(|p| p.set(None));
+    let _ = on_config_change(ctx, || POLICY.with(|p| p.set(None)));
 }
 
 fn policy(ctx: Ctx<'_>) -> Policy {

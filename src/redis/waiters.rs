@@ -41,7 +41,7 @@ use redis_module::raw;
 
 use super::config::on_denied;
 use super::ffi::{
-    detached, now_ms, rm, subscribe_server_event, writes_paused, Args, Ctx, KeyName, Status,
+    detached, now_ms, on_flush, on_swap, rm, writes_paused, Args, Ctx, KeyName, Status,
 };
 use super::key::writing_own;
 use super::outcome::Outcome;
@@ -317,42 +317,18 @@ pub fn all_changed(ctx: Ctx<'_>, db: Option<c_int>) {
 pub fn init(ctx: Ctx<'_>) -> bool {
     super::ffi::init_detached(ctx);
     types::on_removed(removed);
-    subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FLUSHDB, flushed)
-        && subscribe_server_event(ctx, raw::REDISMODULE_EVENT_SWAPDB, swapped)
+    on_flush(ctx, flushed) && on_swap(ctx, swapped)
 }
 
-unsafe extern "C" fn flushed(
-    ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    subevent: u64,
-    data: *mut c_void,
-) {
-    if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
-        return;
-    }
-    // SAFETY: Redis passes a flush event's info.
-    let Some(info) = (unsafe { data.cast::<raw::RedisModuleFlushInfo>().as_ref() }) else {
-        return;
-    };
-    // SAFETY: the event's context, live for this call.
-    let ctx = unsafe { Ctx::new(ctx) };
-    all_changed(ctx, (info.dbnum >= 0).then_some(info.dbnum));
+/// `FLUSHDB` (its database) or `FLUSHALL` (`None`).
+fn flushed(ctx: Ctx<'_>, db: Option<c_int>) {
+    all_changed(ctx, db);
 }
 
-unsafe extern "C" fn swapped(
-    ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    _subevent: u64,
-    data: *mut c_void,
-) {
-    // SAFETY: Redis passes a swap event's info.
-    let Some(info) = (unsafe { data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() }) else {
-        return;
-    };
-    // SAFETY: the event's context, live for this call.
-    let ctx = unsafe { Ctx::new(ctx) };
-    all_changed(ctx, Some(info.dbnum_first));
-    all_changed(ctx, Some(info.dbnum_second));
+/// `SWAPDB first second`.
+fn swapped(ctx: Ctx<'_>, first: c_int, second: c_int) {
+    all_changed(ctx, Some(first));
+    all_changed(ctx, Some(second));
 }
 
 /// Stops a timer of ours that has not fired, freeing what it carries.

@@ -78,7 +78,7 @@ fn replayed<'a>(
     args: &Args<'a>,
     glued_at: usize,
 ) -> Result<(Header, Words<'a>), CommandError> {
-    if !ctx.from_primary_or_aof() {
+    if !ctx.sent_by_primary_or_aof() {
         return Err(CommandError::internal_command());
     }
     let mut words = args.bytes_from(glued_at);

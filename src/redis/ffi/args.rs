@@ -125,7 +125,7 @@ impl<'a> std::ops::Deref for Words<'a> {
 
     fn deref(&self) -> &Self::Target {
         if self.spilled.is_empty() {
-            &self.inline[..self.len]
+            self.inline.get(..self.len).unwrap_or_default()
         } else {
             &self.spilled
         }
@@ -135,7 +135,7 @@ impl<'a> std::ops::Deref for Words<'a> {
 impl std::ops::DerefMut for Words<'_> {
     fn deref_mut(&mut self) -> &mut Self::Target {
         if self.spilled.is_empty() {
-            &mut self.inline[..self.len]
+            self.inline.get_mut(..self.len).unwrap_or_default()
         } else {
             &mut self.spilled
         }

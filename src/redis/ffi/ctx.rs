@@ -36,7 +36,7 @@ macro_rules! command {
         ) -> std::ffi::c_int {
             // SAFETY: Redis calls a command's function with that command's
             // own context and arguments.
-            unsafe { $crate::redis::ffi::run(ctx, argv, argc, $body) }
+            unsafe { $crate::redis::ffi::ctx::run(ctx, argv, argc, $body) }
         }
     };
 }
@@ -215,7 +215,7 @@ impl<'a> Ctx<'a> {
 
     /// Whether the running command comes from this server's primary or its
     /// AOF file, rather than from a client.
-    pub fn from_primary_or_aof(self) -> bool {
+    pub fn sent_by_primary_or_aof(self) -> bool {
         let trusted = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
         self.flags() & trusted as c_int != 0
     }

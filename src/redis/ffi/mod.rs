@@ -26,6 +26,6 @@ pub use command::Command;
 pub(crate) use ctx::command;
 pub use ctx::{run, Ctx, Handler, Status};
 pub use server::{
-    config_get, db_size, detached, info_keyspace, init_detached, now_ms, opt_ctx_key, random_hex,
-    subscribe_server_event, writes_paused,
+    config_get, db_size, detached, info_keyspace, init_detached, now_ms, on_config_change,
+    on_flush, on_swap, opt_ctx_key, random_hex, writes_paused,
 };

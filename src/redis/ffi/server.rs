@@ -4,6 +4,7 @@
 //! `DBSIZE`).
 
 use std::ffi::{c_char, c_int, c_void};
+use std::sync::OnceLock;
 
 use redis_module::raw;
 
@@ -65,7 +66,7 @@ pub unsafe fn opt_ctx_key(ctx: *mut raw::RedisModuleKeyOptCtx) -> (c_int, Vec<u8
 }
 
 /// Calls `callback` on `event` (a `REDISMODULE_EVENT_*` id) of the server.
-pub fn subscribe_server_event(
+fn subscribe_server_event(
     ctx: Ctx<'_>,
     event: u64,
     callback: unsafe extern "C" fn(
@@ -83,6 +84,78 @@ pub fn subscribe_server_event(
     let status =
         unsafe { rm!(RedisModule_SubscribeToServerEvent)(ctx.raw(), event, Some(callback)) };
     status == raw::REDISMODULE_OK as c_int
+}
+
+static CONFIG_CHANGED: OnceLock<fn()> = OnceLock::new();
+static FLUSHED: OnceLock<fn(Ctx<'_>, Option<c_int>)> = OnceLock::new();
+static SWAPPED: OnceLock<fn(Ctx<'_>, c_int, c_int)> = OnceLock::new();
+
+/// Calls `f` after each change of the server's configuration (at load
+/// time). False when the server has no such event (older servers).
+pub fn on_config_change(ctx: Ctx<'_>, f: fn()) -> bool {
+    let _ = CONFIG_CHANGED.set(f);
+    subscribe_server_event(ctx, raw::REDISMODULE_EVENT_CONFIG, config_changed)
+}
+
+/// Calls `f` after each `FLUSHDB` (with its database) or `FLUSHALL`
+/// (`None`), at load time.
+pub fn on_flush(ctx: Ctx<'_>, f: fn(Ctx<'_>, Option<c_int>)) -> bool {
+    let _ = FLUSHED.set(f);
+    subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FLUSHDB, flushed)
+}
+
+/// Calls `f` with the two databases of each `SWAPDB` (at load time).
+pub fn on_swap(ctx: Ctx<'_>, f: fn(Ctx<'_>, c_int, c_int)) -> bool {
+    let _ = SWAPPED.set(f);
+    subscribe_server_event(ctx, raw::REDISMODULE_EVENT_SWAPDB, swapped)
+}
+
+unsafe extern "C" fn config_changed(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut c_void,
+) {
+    if let Some(f) = CONFIG_CHANGED.get() {
+        f();
+    }
+}
+
+unsafe extern "C" fn flushed(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
+        return;
+    }
+    // SAFETY: Redis passes a flush event's info.
+    let Some(info) = (unsafe { data.cast::<raw::RedisModuleFlushInfo>().as_ref() }) else {
+        return;
+    };
+    // SAFETY: the event's context, live for this call.
+    let ctx = unsafe { Ctx::new(ctx) };
+    if let Some(f) = FLUSHED.get() {
+        f(ctx, (info.dbnum >= 0).then_some(info.dbnum));
+    }
+}
+
+unsafe extern "C" fn swapped(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    data: *mut c_void,
+) {
+    // SAFETY: Redis passes a swap event's info.
+    let Some(info) = (unsafe { data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() }) else {
+        return;
+    };
+    // SAFETY: the event's context, live for this call.
+    let ctx = unsafe { Ctx::new(ctx) };
+    if let Some(f) = SWAPPED.get() {
+        f(ctx, info.dbnum_first, info.dbnum_second);
+    }
 }
 
 /// A reply of one of Redis's own commands, run by the module, freed when
