@@ -3,45 +3,29 @@
 //! settings pinned, whatever the size of the state it changed.
 //!
 //! A client's command is propagated by the cheapest route Redis 7.0 offers a
-//! module: `RedisModule_ReplicateVerbatim`, which copies the command's own
-//! argument vector (taking a reference to each argument) into Redis's queue
-//! of commands to propagate. For the length of that one call two entries of
-//! the vector are swapped: the command's name for `RL.APPLY` (or
-//! `RL.APPLYALL`), and one word for the header glued to it. Then both are put
-//! back, so the command is, to everything else in Redis (slow log, MONITOR,
-//! client tracking, the reply), what the client sent. `RedisModule_Replicate`
-//! would build the same command from scratch, but it looks the command up by
-//! name on every call (about 1,400 instructions, more than the check itself).
+//! module (`super::ffi::replicate::replicate_swapped`): its own argument
+//! vector, two entries swapped for the length of the call: the command's
+//! name for `RL.APPLY` (or `RL.APPLYALL`), and one word for the header glued
+//! to it. `RedisModule_Replicate` would build the same command from scratch,
+//! but it looks the command up by name on every call (about 1,400
+//! instructions, more than the check itself).
 
 use std::cell::Cell;
-use std::ffi::c_char;
-use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
-
-use redis_module::raw;
 
 use super::config::expiry_slack_ms;
-use super::ffi::{now_ms, rm, Args, Ctx};
+use super::ffi::replicate::{replicate_swapped, replicate_words, KeptString};
+use super::ffi::{now_ms, Args, Ctx};
 use crate::replay::{Command, Header};
 
 /// The names replays are propagated under, made once at load time and never
 /// freed (Redis's propagation takes and drops references of its own).
-static APPLY: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(std::ptr::null_mut());
-static APPLY_ALL: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(std::ptr::null_mut());
+static APPLY: KeptString = KeptString::new();
+static APPLY_ALL: KeptString = KeptString::new();
 
 /// Makes the command names replays are propagated under.
 pub fn init() {
-    for (slot, name) in [(&APPLY, &b"RL.APPLY"[..]), (&APPLY_ALL, b"RL.APPLYALL")] {
-        // SAFETY: a null context makes a string owned by the module; the
-        // buffer is read during the call.
-        let string = unsafe {
-            rm!(RedisModule_CreateString)(
-                std::ptr::null_mut(),
-                name.as_ptr().cast::<c_char>(),
-                name.len(),
-            )
-        };
-        slot.store(string, Relaxed);
-    }
+    APPLY.make(b"RL.APPLY");
+    APPLY_ALL.make(b"RL.APPLYALL");
 }
 
 /// Where the running command comes from.
@@ -140,8 +124,7 @@ impl<'a> Run<'a> {
                 return;
             }
             Origin::Replay => {
-                // SAFETY: the context of the running command.
-                unsafe { rm!(RedisModule_ReplicateVerbatim)(self.ctx.raw()) };
+                self.ctx.replicate_verbatim();
                 return;
             }
         };
@@ -155,9 +138,9 @@ impl<'a> Run<'a> {
             drawn_id: drawn_id.map(<[u8]>::to_vec),
         };
         let name = if command == Command::All {
-            APPLY_ALL.load(Relaxed)
+            &APPLY_ALL
         } else {
-            APPLY.load(Relaxed)
+            &APPLY
         };
         // The glued word, on the stack when it fits (nearly always: a
         // header and a number).
@@ -172,27 +155,7 @@ impl<'a> Run<'a> {
             }
         };
         header.glue_into(word, buf);
-        // SAFETY: a null context makes a string the module owns; the
-        // buffer is read during the call.
-        let glued = unsafe {
-            rm!(RedisModule_CreateString)(std::ptr::null_mut(), buf.as_ptr().cast::<c_char>(), len)
-        };
-        // SAFETY: `args` is this command's argument vector, which Redis also
-        // hands `RedisModule_ReplicateVerbatim` (it reads the running
-        // client's vector, and a module command is given that very vector);
-        // `glue_at` is within it (its word was just read) and so is 0. Both
-        // entries are put back before anything else runs. The propagation
-        // call takes its own reference to every argument, so the glued
-        // string outlives the reference dropped here, and the name's
-        // reference count never reaches zero (`init` keeps one).
-        unsafe {
-            let command_name = args.replace(0, name);
-            let original = args.replace(glue_at, glued);
-            rm!(RedisModule_ReplicateVerbatim)(self.ctx.raw());
-            args.replace(glue_at, original);
-            args.replace(0, command_name);
-            rm!(RedisModule_FreeString)(std::ptr::null_mut(), glued);
-        }
+        replicate_swapped(self.ctx, args, name, glue_at, buf);
     }
 
     /// The replay of a waiting command served outside it, built from its
@@ -215,42 +178,17 @@ impl<'a> Run<'a> {
         } else {
             c"RL.APPLY"
         };
-        let strings: Vec<*mut raw::RedisModuleString> = words
-            .iter()
-            .enumerate()
-            .skip(1)
-            .map(|(i, word)| {
-                let glued;
-                let bytes = if i == glue_at {
-                    glued = header.glued_to(word);
-                    &glued[..]
-                } else {
-                    &word[..]
-                };
-                // SAFETY: a null context makes a string the module owns.
-                unsafe {
-                    rm!(RedisModule_CreateString)(
-                        std::ptr::null_mut(),
-                        bytes.as_ptr().cast::<c_char>(),
-                        bytes.len(),
-                    )
-                }
-            })
-            .collect();
-        // SAFETY: the context serving the waiter, on the waiter's database;
-        // format "v" takes an array of string objects and its length, which
-        // Redis takes references to.
-        unsafe {
-            rm!(RedisModule_Replicate)(
-                self.ctx.raw(),
-                name.as_ptr(),
-                c"v".as_ptr(),
-                strings.as_ptr(),
-                strings.len(),
+        let glued = header.glued_to(words.get(glue_at).map_or(&[][..], |w| &w[..]));
+        let words =
+            words.iter().enumerate().skip(1).map(
+                |(i, word)| {
+                    if i == glue_at {
+                        &glued[..]
+                    } else {
+                        &word[..]
+                    }
+                },
             );
-            for string in strings {
-                rm!(RedisModule_FreeString)(std::ptr::null_mut(), string);
-            }
-        }
+        replicate_words(self.ctx, name, words);
     }
 }

@@ -79,7 +79,7 @@ impl<'a> Args<'a> {
     /// argument back before the command returns, and nothing reads the
     /// argument vector in between but Redis's own propagation call, which
     /// takes references of its own (see `super::replicate`).
-    pub unsafe fn replace(
+    pub(super) unsafe fn replace(
         &self,
         i: usize,
         new: *mut raw::RedisModuleString,

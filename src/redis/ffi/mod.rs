@@ -9,6 +9,7 @@
 //! - [`command`]: registering and documenting a command;
 //! - [`config`]: the module's settings;
 //! - [`info`]: the module's section of `INFO`;
+//! - [`replicate`]: propagating to replicas and the AOF;
 //! - [`server`]: the clock, pauses, events, and Redis's own commands.
 
 pub mod api;
@@ -17,6 +18,7 @@ pub mod command;
 pub mod config;
 pub mod ctx;
 pub mod info;
+pub mod replicate;
 pub mod server;
 
 pub use api::buffer_ptr;
@@ -24,7 +26,7 @@ pub(crate) use api::{missing_apis, rm};
 pub use args::{Args, KeyName, Words};
 pub use command::Command;
 pub(crate) use ctx::command;
-pub use ctx::{run, Ctx, Handler, Status};
+pub use ctx::{Ctx, Handler, Status};
 pub use server::{
     config_get, db_size, detached, info_keyspace, init_detached, now_ms, on_config_change,
     on_flush, on_swap, opt_ctx_key, random_hex, writes_paused,
