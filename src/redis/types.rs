@@ -1,38 +1,39 @@
-//! The custom Redis data types, one per algorithm, and their callbacks:
-//! RDB save/load, AOF rewrite, memory usage, digest, copy and free. All of
-//! them go through the one encoding in `crate::encoding`, so what an RDB file
-//! holds, what AOF rewrite emits and what replicas receive are the same bytes.
-
-use std::ffi::{c_int, c_void};
-use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Mutex, OnceLock, PoisonError};
-use std::time::{Duration, Instant};
+//! The custom Redis data types, one per stored state (each algorithm's, its
+//! penalized form's, the leases'), made from the registry; their callbacks
+//! (RDB, AOF rewrite, memory usage, digest, copy, free, unlink) are
+//! `super::ffi::types`, all through the one encoding in `crate::encoding`,
+//! so what an RDB file holds, what AOF rewrite emits and what replicas
+//! receive are the same bytes.
 
 use redis_module::native_types::RedisType;
-use redis_module::raw;
 
-use super::ffi::{buffer_ptr, rm};
-use super::stats::WAITING;
+use super::ffi::types::{value_type, TypedValue};
 use crate::algorithms::penalty::{self, Penalized, PENALTY_TAG};
-use crate::algorithms::{Algorithm, Decision, Mode, Registered, State};
-use crate::log_throttle::{LogThrottle, Verdict};
-
-/// The RDB encoding version of every type. The state's own tag byte says
-/// which layout follows; this number changes only if the RDB framing does.
-const ENCODING_VERSION: i32 = 1;
+use crate::algorithms::{Algorithm, Decision, Mode, Registered};
 
 /// A value stored in Redis: its type, and how it looks now (RL.INFO).
-pub trait Stored: State + 'static {
-    fn redis_type() -> &'static RedisType;
-
-    /// The other form of the same algorithm's state, if it has one: the
-    /// penalized type of an algorithm's, the algorithm's of a penalized one
-    /// (see `crate::algorithms::penalty`). A key holding it holds the same
-    /// algorithm, not another type.
-    fn sibling_type() -> Option<&'static RedisType>;
+pub trait Stored: TypedValue {
+    /// The other form of the same algorithm's state: the penalized type of
+    /// an algorithm's, the algorithm's of a penalized one (see
+    /// `crate::algorithms::penalty`); a state with no other form names
+    /// itself. A key holding it holds the same algorithm, not another type.
+    type Sibling: Stored;
 
     /// What a request of 1 would be told at `now_ms`, changing nothing.
     fn peek(&self, now_ms: i64) -> Decision;
+}
+
+/// An algorithm's state, whose key may carry a penalty: its penalized form
+/// (its `Stored::Sibling`, `crate::algorithms::penalty::Penalized`) and how
+/// to take it apart and make it.
+pub trait PenalizedStored: Stored {
+    type Penalized: Stored;
+
+    /// The state inside a penalized one, and the end of its penalty.
+    fn parts(penalized: &mut Self::Penalized) -> (&mut Self, &mut i64);
+
+    /// The state, penalized until `until_ms`.
+    fn penalized(until_ms: i64, state: Self) -> Self::Penalized;
 }
 
 /// An algorithm looks at itself with its own check, in peek mode.
@@ -47,34 +48,28 @@ macro_rules! stored_types {
         algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
         others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal;)* }
     ) => {
-        $(impl Stored for crate::algorithms::$module::$ty {
-            fn redis_type() -> &'static RedisType {
-                static TYPE: RedisType = RedisType::new(
-                    $type_name,
-                    ENCODING_VERSION,
-                    methods::<crate::algorithms::$module::$ty>(),
-                );
-                &TYPE
+        $(value_type!(crate::algorithms::$module::$ty, $type_name);
+        value_type!(
+            Penalized<crate::algorithms::$module::$ty>,
+            <Penalized<crate::algorithms::$module::$ty> as Registered>::TYPE_NAME
+        );
+        impl PenalizedStored for crate::algorithms::$module::$ty {
+            type Penalized = Penalized<crate::algorithms::$module::$ty>;
+            fn parts(penalized: &mut Self::Penalized) -> (&mut Self, &mut i64) {
+                (&mut penalized.state, &mut penalized.until_ms)
             }
-            fn sibling_type() -> Option<&'static RedisType> {
-                Some(<Penalized<crate::algorithms::$module::$ty> as Stored>::redis_type())
+            fn penalized(until_ms: i64, state: Self) -> Self::Penalized {
+                Penalized { until_ms, state }
             }
+        }
+        impl Stored for crate::algorithms::$module::$ty {
+            type Sibling = Penalized<crate::algorithms::$module::$ty>;
             fn peek(&self, now_ms: i64) -> Decision {
                 peek_of(self, now_ms)
             }
         }
         impl Stored for Penalized<crate::algorithms::$module::$ty> {
-            fn redis_type() -> &'static RedisType {
-                static TYPE: RedisType = RedisType::new(
-                    <Penalized<crate::algorithms::$module::$ty> as Registered>::TYPE_NAME,
-                    ENCODING_VERSION,
-                    methods::<Penalized<crate::algorithms::$module::$ty>>(),
-                );
-                &TYPE
-            }
-            fn sibling_type() -> Option<&'static RedisType> {
-                Some(<crate::algorithms::$module::$ty as Stored>::redis_type())
-            }
+            type Sibling = crate::algorithms::$module::$ty;
             fn peek(&self, now_ms: i64) -> Decision {
                 let own = peek_of(&self.state, now_ms);
                 match self.in_force(now_ms) {
@@ -83,18 +78,9 @@ macro_rules! stored_types {
                 }
             }
         })*
-        $(impl Stored for crate::algorithms::$omodule::$oty {
-            fn redis_type() -> &'static RedisType {
-                static TYPE: RedisType = RedisType::new(
-                    $otype_name,
-                    ENCODING_VERSION,
-                    methods::<crate::algorithms::$omodule::$oty>(),
-                );
-                &TYPE
-            }
-            fn sibling_type() -> Option<&'static RedisType> {
-                None
-            }
+        $(value_type!(crate::algorithms::$omodule::$oty, $otype_name);
+        impl Stored for crate::algorithms::$omodule::$oty {
+            type Sibling = Self;
             fn peek(&self, now_ms: i64) -> Decision {
                 crate::algorithms::$omodule::$oty::peek(self, now_ms)
             }
@@ -104,9 +90,9 @@ macro_rules! stored_types {
         /// algorithm's, its penalized form's, then the others.
         pub fn every_type() -> [&'static RedisType; 2 * [$($tag,)*].len() + [$($otag,)*].len()] {
             [
-                $(<crate::algorithms::$module::$ty as Stored>::redis_type(),)*
-                $(<Penalized<crate::algorithms::$module::$ty> as Stored>::redis_type(),)*
-                $(<crate::algorithms::$omodule::$oty as Stored>::redis_type(),)*
+                $(<crate::algorithms::$module::$ty as TypedValue>::redis_type(),)*
+                $(<Penalized<crate::algorithms::$module::$ty> as TypedValue>::redis_type(),)*
+                $(<crate::algorithms::$omodule::$oty as TypedValue>::redis_type(),)*
             ]
         }
 
@@ -141,209 +127,4 @@ crate::registry!(stored_types);
 pub trait StateVisitor {
     type Out;
     fn visit<A: Stored>(self) -> Self::Out;
-}
-
-const fn methods<A: Stored>() -> raw::RedisModuleTypeMethods {
-    raw::RedisModuleTypeMethods {
-        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
-        rdb_load: Some(rdb_load::<A>),
-        rdb_save: Some(rdb_save::<A>),
-        aof_rewrite: Some(aof_rewrite::<A>),
-        mem_usage: Some(mem_usage::<A>),
-        digest: Some(digest::<A>),
-        free: Some(free::<A>),
-        aux_load: None,
-        aux_save: None,
-        aux_save_triggers: 0,
-        free_effort: None,
-        unlink: None,
-        copy: Some(copy::<A>),
-        defrag: None,
-        mem_usage2: None,
-        free_effort2: None,
-        unlink2: Some(unlink::<A>),
-        copy2: None,
-        aux_save2: None,
-    }
-}
-
-fn encoded<A: State>(state: &A) -> Vec<u8> {
-    let mut buf = Vec::with_capacity(64);
-    state.encode(&mut buf);
-    buf
-}
-
-/// # Safety
-/// `value` must be a pointer this module stored for type `A`.
-unsafe fn state<'a, A>(value: *const c_void) -> Option<&'a A> {
-    // SAFETY: per the caller, a valid `A` or null.
-    unsafe { value.cast::<A>().as_ref() }
-}
-
-unsafe extern "C" fn rdb_save<A: Stored>(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
-    // SAFETY: Redis passes a value of this type.
-    if let Some(state) = unsafe { state::<A>(value) } {
-        let buf = encoded(state);
-        // SAFETY: `rdb` is the open RDB stream; the buffer outlives the call.
-        unsafe { rm!(RedisModule_SaveStringBuffer)(rdb, buffer_ptr(&buf), buf.len()) };
-    }
-}
-
-/// Refused loads: any client can cause one (`RESTORE` of a forged value),
-/// so each does not get its own log line. The first does, then at most one
-/// every 10 s, counting the refusals in between: six lines a minute at most,
-/// whatever a client sends.
-static REFUSALS: Mutex<LogThrottle> = Mutex::new(LogThrottle::new(Duration::from_secs(10)));
-
-/// The log line of a refused load of a `type_name` value, if it gets one.
-fn refusal_line(type_name: &str, why: &str) -> Option<String> {
-    let mut refusals = REFUSALS.lock().unwrap_or_else(PoisonError::into_inner);
-    let Verdict::Log {
-        unlogged,
-        since_last,
-    } = refusals.event(Instant::now())
-    else {
-        return None;
-    };
-    let refused = format!("ratelimit: cannot load a {type_name} value: {why}");
-    Some(match (since_last, unlogged) {
-        (None, _) => format!(
-            "{refused} (further refusals are logged at most once every {} s, each line counting those not logged)",
-            refusals.interval().as_secs()
-        ),
-        (Some(_), 0) => refused,
-        (Some(since), unlogged) => format!(
-            "{refused}; {unlogged} other values were refused in the {:.1} s since the last such line, not logged one by one",
-            since.as_secs_f64()
-        ),
-    })
-}
-
-/// Reads a state back; any buffer that is not exactly one this module writes
-/// fails the load (null), logged (see [`REFUSALS`]), without a panic.
-unsafe extern "C" fn rdb_load<A: Stored>(
-    rdb: *mut raw::RedisModuleIO,
-    encver: c_int,
-) -> *mut c_void {
-    let refuse = |why: &str| {
-        if let Some(line) = refusal_line(A::TYPE_NAME, why) {
-            let msg = std::ffi::CString::new(line).unwrap_or_default();
-            // SAFETY: `rdb` is the open stream; the format is "%s" with one C string.
-            unsafe {
-                rm!(RedisModule_LogIOError)(rdb, c"warning".as_ptr(), c"%s".as_ptr(), msg.as_ptr())
-            };
-        }
-        std::ptr::null_mut()
-    };
-    if encver != ENCODING_VERSION {
-        return refuse("unknown encoding version");
-    }
-    let mut len = 0usize;
-    // SAFETY: `rdb` is the open stream; Redis allocates the returned buffer.
-    let ptr = unsafe { rm!(RedisModule_LoadStringBuffer)(rdb, &mut len) };
-    // SAFETY: `rdb` is the open stream.
-    if ptr.is_null() || unsafe { rm!(RedisModule_IsIOError)(rdb) } != 0 {
-        if !ptr.is_null() {
-            // SAFETY: allocated by Redis for us, freed once.
-            unsafe { rm!(RedisModule_Free)(ptr.cast()) };
-        }
-        return refuse("truncated data");
-    }
-    // SAFETY: Redis returned `len` readable bytes at `ptr`.
-    let decoded = A::decode(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) });
-    // SAFETY: allocated by Redis for us, freed once, after its last use.
-    unsafe { rm!(RedisModule_Free)(ptr.cast()) };
-    match decoded {
-        Ok(state) => Box::into_raw(Box::new(state)).cast(),
-        Err(e) => refuse(e.0),
-    }
-}
-
-unsafe extern "C" fn aof_rewrite<A: Stored>(
-    aof: *mut raw::RedisModuleIO,
-    key: *mut raw::RedisModuleString,
-    value: *mut c_void,
-) {
-    // SAFETY: Redis passes a value of this type.
-    if let Some(state) = unsafe { state::<A>(value) } {
-        let buf = encoded(state);
-        // The expiry is left as it is (KEEPTTL): Redis writes the key's
-        // own `PEXPIREAT` after it, when the key has one, so the rewritten
-        // file restores it exactly, or restores none.
-        // SAFETY: `aof` is the rewrite stream, `key` a live string; format
-        // "sbc" takes a string object, a buffer and its length, a C string.
-        unsafe {
-            rm!(RedisModule_EmitAOF)(
-                aof,
-                c"RL.SETSTATE".as_ptr(),
-                c"sbc".as_ptr(),
-                key,
-                buffer_ptr(&buf),
-                buf.len(),
-                c"KEEPTTL".as_ptr(),
-            )
-        };
-    }
-}
-
-unsafe extern "C" fn mem_usage<A: Stored>(value: *const c_void) -> usize {
-    // SAFETY: Redis passes a value of this type.
-    let heap = unsafe { state::<A>(value) }.map_or(0, State::heap_bytes);
-    std::mem::size_of::<A>() + heap
-}
-
-unsafe extern "C" fn digest<A: Stored>(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
-    // SAFETY: Redis passes a value of this type.
-    if let Some(state) = unsafe { state::<A>(value) } {
-        let buf = encoded(state);
-        // SAFETY: `md` is the digest being computed; the buffer outlives the calls.
-        unsafe {
-            rm!(RedisModule_DigestAddStringBuffer)(md, buffer_ptr(&buf).cast_mut(), buf.len());
-            rm!(RedisModule_DigestEndSequence)(md);
-        }
-    }
-}
-
-/// Told the database and name of each key of ours that leaves the
-/// keyspace while clients wait (see [`on_removed`]).
-static REMOVED: OnceLock<fn(c_int, &[u8])> = OnceLock::new();
-
-/// Has `f` told of each key of ours that leaves the keyspace while clients
-/// wait (at load time: `super::waiters` decides its waiters again).
-pub fn on_removed(f: fn(c_int, &[u8])) {
-    let _ = REMOVED.set(f);
-}
-
-/// A key of this type leaves the keyspace (deleted, expired, evicted,
-/// overwritten, renamed or moved away): clients waiting on it are decided
-/// again, against what it holds then.
-unsafe extern "C" fn unlink<A: Stored>(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
-    if WAITING.load(Relaxed) == 0 {
-        return;
-    }
-    let Some(removed) = REMOVED.get() else {
-        return;
-    };
-    // SAFETY: Redis passes the option context of this call.
-    let (db, key) = unsafe { super::ffi::opt_ctx_key(ctx) };
-    removed(db, &key);
-}
-
-unsafe extern "C" fn free<A: Stored>(value: *mut c_void) {
-    if !value.is_null() {
-        // SAFETY: every value of this type was made by `Box::into_raw` of an `A`.
-        drop(unsafe { Box::from_raw(value.cast::<A>()) });
-    }
-}
-
-unsafe extern "C" fn copy<A: Stored>(
-    _from: *mut raw::RedisModuleString,
-    _to: *mut raw::RedisModuleString,
-    value: *const c_void,
-) -> *mut c_void {
-    // SAFETY: Redis passes a value of this type.
-    match unsafe { state::<A>(value) } {
-        Some(state) => Box::into_raw(Box::new(state.clone())).cast(),
-        None => std::ptr::null_mut(),
-    }
 }

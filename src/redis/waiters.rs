@@ -49,7 +49,6 @@ use super::replicate::Run;
 use super::request::{answer, Request};
 use super::sketch;
 use super::stats::{WAITING, WAITS_ALLOWED, WAITS_TIMED_OUT};
-use super::types;
 use crate::algorithms::Mode;
 use crate::error::CommandError;
 
@@ -316,7 +315,7 @@ pub fn all_changed(ctx: Ctx<'_>, db: Option<c_int>) {
 /// at once, and has the types tell of keys removed (at load time).
 pub fn init(ctx: Ctx<'_>) -> bool {
     super::ffi::init_detached(ctx);
-    types::on_removed(removed);
+    super::ffi::types::on_removed(|| WAITING.load(Relaxed) > 0, removed);
     on_flush(ctx, flushed) && on_swap(ctx, swapped)
 }
 

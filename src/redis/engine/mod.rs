@@ -11,15 +11,15 @@ pub mod leases;
 pub mod store;
 
 use super::stats::Counted;
-use super::types::Stored;
+use super::types::PenalizedStored;
 use crate::algorithms::penalty::Penalizable;
 use crate::algorithms::Algorithm;
 use crate::parse::{CheckOptions, IntoTier};
 
 /// An algorithm with its own check command.
-pub trait Checked: Algorithm<Params: IntoTier> + Stored + Counted + Penalizable {}
+pub trait Checked: Algorithm<Params: IntoTier> + PenalizedStored + Counted + Penalizable {}
 
-impl<A: Algorithm<Params: IntoTier> + Stored + Counted + Penalizable> Checked for A {}
+impl<A: Algorithm<Params: IntoTier> + PenalizedStored + Counted + Penalizable> Checked for A {}
 
 /// The penalty a denial starts: `PENALTY`'s, unless in `SHADOW` mode.
 pub fn penalty_of(options: &CheckOptions) -> Option<u64> {

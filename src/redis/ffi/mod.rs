@@ -8,9 +8,11 @@
 //! - [`args`]: its arguments and key names;
 //! - [`command`]: registering and documenting a command;
 //! - [`config`]: the module's settings;
+//! - [`key`]: a key opened for a command, its value and expiry;
 //! - [`info`]: the module's section of `INFO`;
 //! - [`replicate`]: propagating to replicas and the AOF;
-//! - [`server`]: the clock, pauses, events, and Redis's own commands.
+//! - [`server`]: the clock, pauses, events, and Redis's own commands;
+//! - [`types`]: the data types' callbacks, and values typed by their Redis type.
 
 pub mod api;
 pub mod args;
@@ -18,10 +20,11 @@ pub mod command;
 pub mod config;
 pub mod ctx;
 pub mod info;
+pub mod key;
 pub mod replicate;
 pub mod server;
+pub mod types;
 
-pub use api::buffer_ptr;
 pub(crate) use api::{missing_apis, rm};
 pub use args::{Args, KeyName, Words};
 pub use command::Command;
@@ -29,5 +32,5 @@ pub(crate) use ctx::command;
 pub use ctx::{Ctx, Handler, Status};
 pub use server::{
     config_get, db_size, detached, info_keyspace, init_detached, now_ms, on_config_change,
-    on_flush, on_swap, opt_ctx_key, random_hex, writes_paused,
+    on_flush, on_swap, random_hex, writes_paused,
 };

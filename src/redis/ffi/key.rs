@@ -1,0 +1,193 @@
+//! A key opened for one command ([`OpenKey`]), closed when dropped: what it
+//! holds, read and written as typed values (see
+//! [`TypedValue`](super::types::TypedValue)), and its expiry.
+
+use std::ffi::{c_int, c_void};
+use std::marker::PhantomData;
+
+use redis_module::raw;
+
+use super::api::rm;
+use super::args::KeyName;
+use super::ctx::Ctx;
+use super::types::TypedValue;
+
+/// What a key holds, of a value type `A` and its other form `S` (the same
+/// algorithm's state, penalized or not): nothing, one of them, or anything
+/// else.
+pub enum Holds<A, S> {
+    Nothing,
+    This(A),
+    Sibling(S),
+    Other,
+}
+
+/// A key opened for one command (`'a`), closed when dropped.
+pub struct OpenKey<'a> {
+    ptr: *mut raw::RedisModuleKey,
+    life: PhantomData<Ctx<'a>>,
+}
+
+impl<'a> OpenKey<'a> {
+    /// Opens `name` for reading, or for reading and writing. Opening does not
+    /// create the key; setting a value does.
+    pub fn open(ctx: Ctx<'a>, name: KeyName<'a>, write: bool) -> Self {
+        let mode = if write {
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
+        } else {
+            raw::REDISMODULE_READ
+        };
+        // SAFETY: `ctx` and `name` belong to the running command.
+        let ptr = unsafe { rm!(RedisModule_OpenKey)(ctx.raw(), name.raw(), mode as c_int) };
+        Self {
+            ptr,
+            life: PhantomData,
+        }
+    }
+
+    /// The key's value, if it is a value of `A`'s or `S`'s Redis type.
+    fn value<A: TypedValue, S: TypedValue>(&self) -> Holds<*mut c_void, *mut c_void> {
+        if self.ptr.is_null() {
+            return Holds::Nothing;
+        }
+        // SAFETY: `ptr` is an open key.
+        let key_type = unsafe { rm!(RedisModule_KeyType)(self.ptr) };
+        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
+            return Holds::Nothing;
+        }
+        if key_type != raw::REDISMODULE_KEYTYPE_MODULE as c_int {
+            return Holds::Other;
+        }
+        // SAFETY: `ptr` is an open key holding a module value.
+        let module_type = unsafe { rm!(RedisModule_ModuleTypeGetType)(self.ptr) };
+        let is = |ty: &redis_module::native_types::RedisType| module_type == *ty.raw_type.borrow();
+        let which = if is(A::redis_type()) {
+            Holds::This(())
+        } else if is(S::redis_type()) {
+            Holds::Sibling(())
+        } else {
+            return Holds::Other;
+        };
+        // SAFETY: `ptr` is an open key holding a module value.
+        let value = unsafe { rm!(RedisModule_ModuleTypeGetValue)(self.ptr) };
+        match which {
+            _ if value.is_null() => Holds::Nothing,
+            Holds::This(()) => Holds::This(value),
+            _ => Holds::Sibling(value),
+        }
+    }
+
+    /// What the key holds of `A` or `S`, to read.
+    pub fn holds<A: TypedValue, S: TypedValue>(&self) -> Holds<&A, &S> {
+        match self.value::<A, S>() {
+            // SAFETY: a value of `A`'s Redis type is an `A` (see
+            // `TypedValue`); it lives while the key is open, and `&self`
+            // lends nothing mutable.
+            Holds::This(value) => {
+                unsafe { value.cast::<A>().as_ref() }.map_or(Holds::Nothing, Holds::This)
+            }
+            // SAFETY: as above, for `S`.
+            Holds::Sibling(value) => {
+                unsafe { value.cast::<S>().as_ref() }.map_or(Holds::Nothing, Holds::Sibling)
+            }
+            Holds::Nothing => Holds::Nothing,
+            Holds::Other => Holds::Other,
+        }
+    }
+
+    /// What the key holds of `A` or `S`, to change in place.
+    pub fn holds_mut<A: TypedValue, S: TypedValue>(&mut self) -> Holds<&mut A, &mut S> {
+        match self.value::<A, S>() {
+            // SAFETY: as in `holds`; nothing else touches the value during
+            // the command, and `&mut self` lends it once.
+            Holds::This(value) => {
+                unsafe { value.cast::<A>().as_mut() }.map_or(Holds::Nothing, Holds::This)
+            }
+            // SAFETY: as above, for `S`.
+            Holds::Sibling(value) => {
+                unsafe { value.cast::<S>().as_mut() }.map_or(Holds::Nothing, Holds::Sibling)
+            }
+            Holds::Nothing => Holds::Nothing,
+            Holds::Other => Holds::Other,
+        }
+    }
+
+    /// Stores `value` as the key's value (the key opened for writing),
+    /// replacing what it holds. False when Redis refuses it.
+    pub fn set_value<T: TypedValue>(&self, value: T) -> bool {
+        if self.ptr.is_null() {
+            return false;
+        }
+        let boxed = Box::into_raw(Box::new(value)).cast::<c_void>();
+        // SAFETY: `ptr` is a key opened for writing; Redis takes ownership
+        // of the box and hands it back to `T`'s type's `free` callback,
+        // which drops a `T` (see `TypedValue`).
+        let status = unsafe {
+            rm!(RedisModule_ModuleTypeSetValue)(self.ptr, *T::redis_type().raw_type.borrow(), boxed)
+        };
+        if status == raw::REDISMODULE_OK as c_int {
+            true
+        } else {
+            // SAFETY: Redis refused the value, so the box is still ours.
+            drop(unsafe { Box::from_raw(boxed.cast::<T>()) });
+            false
+        }
+    }
+
+    /// Whether the key holds nothing.
+    pub fn is_empty(&self) -> bool {
+        // SAFETY: `ptr` is null or an open key.
+        self.ptr.is_null()
+            || unsafe { rm!(RedisModule_KeyType)(self.ptr) }
+                == raw::REDISMODULE_KEYTYPE_EMPTY as c_int
+    }
+
+    /// Milliseconds until the key expires; -1 when it has no expiry.
+    pub fn ttl_ms(&self) -> i64 {
+        if self.ptr.is_null() {
+            return -1;
+        }
+        // SAFETY: `ptr` is an open key.
+        let ttl = unsafe { rm!(RedisModule_GetExpire)(self.ptr) };
+        if ttl < 0 {
+            -1
+        } else {
+            ttl
+        }
+    }
+
+    /// Deletes the key (opened for writing).
+    pub fn delete(&self) {
+        if !self.ptr.is_null() {
+            // SAFETY: `ptr` is a key opened for writing.
+            unsafe { rm!(RedisModule_DeleteKey)(self.ptr) };
+        }
+    }
+
+    /// Makes the key expire at `unix_ms` (at least 1).
+    pub fn expire_at(&self, unix_ms: i64) {
+        if !self.ptr.is_null() {
+            // SAFETY: `ptr` is a key opened for writing.
+            unsafe { rm!(RedisModule_SetAbsExpire)(self.ptr, unix_ms.max(1)) };
+        }
+    }
+
+    /// When the key expires (Unix ms), if it does.
+    pub fn expires_at(&self) -> Option<i64> {
+        if self.ptr.is_null() {
+            return None;
+        }
+        // SAFETY: `ptr` is an open key.
+        let at = unsafe { rm!(RedisModule_GetAbsExpire)(self.ptr) };
+        (at >= 0).then_some(at)
+    }
+}
+
+impl Drop for OpenKey<'_> {
+    fn drop(&mut self) {
+        if !self.ptr.is_null() {
+            // SAFETY: `ptr` was opened by `open` and is closed once, here.
+            unsafe { rm!(RedisModule_CloseKey)(self.ptr) };
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! The callbacks of the module's Redis data types (RDB save/load, AOF
+//! rewrite, memory usage, digest, copy, free, unlink), generic over the
+//! state a type holds, and [`TypedValue`]: the pairing of a Rust type with
+//! the Redis type whose values it is, which every cast of a key's value
+//! (`super::key`) relies on. All of them go through the one encoding in
+//! `crate::encoding`, so what an RDB file holds, what AOF rewrite emits and
+//! what replicas receive are the same bytes.
+
+use std::ffi::{c_int, c_void};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use super::api::{buffer_ptr, rm};
+use super::server::opt_ctx_key;
+use crate::algorithms::State;
+use crate::log_throttle::{LogThrottle, Verdict};
+
+/// The RDB encoding version of every type. The state's own tag byte says
+/// which layout follows; this number changes only if the RDB framing does.
+pub const ENCODING_VERSION: i32 = 1;
+
+/// A Rust type whose values are the values of one Redis data type.
+///
+/// # Safety
+/// Every value Redis holds of [`TypedValue::redis_type`] is a `Box<Self>`:
+/// the type's callbacks are [`methods::<Self>`](methods), and no other Rust
+/// type names it. Implemented only by [`value_type!`].
+pub unsafe trait TypedValue: State + 'static {
+    fn redis_type() -> &'static RedisType;
+}
+
+/// Makes `$ty` the values of a new Redis type named `$name` (nine
+/// characters): its static, with the callbacks of `$ty`.
+macro_rules! value_type {
+    ($ty:ty, $name:expr) => {
+        // SAFETY: the type's own static, made here with the callbacks of
+        // `$ty` and returned for `$ty` only.
+        unsafe impl $crate::redis::ffi::types::TypedValue for $ty {
+            fn redis_type() -> &'static redis_module::native_types::RedisType {
+                static TYPE: redis_module::native_types::RedisType =
+                    redis_module::native_types::RedisType::new(
+                        $name,
+                        $crate::redis::ffi::types::ENCODING_VERSION,
+                        $crate::redis::ffi::types::methods::<$ty>(),
+                    );
+                &TYPE
+            }
+        }
+    };
+}
+pub(crate) use value_type;
+
+/// The callbacks of the Redis type whose values are `A`s.
+pub const fn methods<A: State>() -> raw::RedisModuleTypeMethods {
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load::<A>),
+        rdb_save: Some(rdb_save::<A>),
+        aof_rewrite: Some(aof_rewrite::<A>),
+        mem_usage: Some(mem_usage::<A>),
+        digest: Some(digest::<A>),
+        free: Some(free::<A>),
+        aux_load: None,
+        aux_save: None,
+        aux_save_triggers: 0,
+        free_effort: None,
+        unlink: None,
+        copy: Some(copy::<A>),
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: Some(unlink),
+        copy2: None,
+        aux_save2: None,
+    }
+}
+
+fn encoded<A: State>(state: &A) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(64);
+    state.encode(&mut buf);
+    buf
+}
+
+/// # Safety
+/// `value` must be a pointer this module stored for type `A`.
+unsafe fn state<'a, A>(value: *const c_void) -> Option<&'a A> {
+    // SAFETY: per the caller, a valid `A` or null.
+    unsafe { value.cast::<A>().as_ref() }
+}
+
+unsafe extern "C" fn rdb_save<A: State>(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    // SAFETY: Redis passes a value of this type.
+    if let Some(state) = unsafe { state::<A>(value) } {
+        let buf = encoded(state);
+        // SAFETY: `rdb` is the open RDB stream; the buffer outlives the call.
+        unsafe { rm!(RedisModule_SaveStringBuffer)(rdb, buffer_ptr(&buf), buf.len()) };
+    }
+}
+
+/// Refused loads: any client can cause one (`RESTORE` of a forged value),
+/// so each does not get its own log line. The first does, then at most one
+/// every 10 s, counting the refusals in between: six lines a minute at most,
+/// whatever a client sends.
+static REFUSALS: Mutex<LogThrottle> = Mutex::new(LogThrottle::new(Duration::from_secs(10)));
+
+/// The log line of a refused load of a `type_name` value, if it gets one.
+fn refusal_line(type_name: &str, why: &str) -> Option<String> {
+    let mut refusals = REFUSALS.lock().unwrap_or_else(PoisonError::into_inner);
+    let Verdict::Log {
+        unlogged,
+        since_last,
+    } = refusals.event(Instant::now())
+    else {
+        return None;
+    };
+    let refused = format!("ratelimit: cannot load a {type_name} value: {why}");
+    Some(match (since_last, unlogged) {
+        (None, _) => format!(
+            "{refused} (further refusals are logged at most once every {} s, each line counting those not logged)",
+            refusals.interval().as_secs()
+        ),
+        (Some(_), 0) => refused,
+        (Some(since), unlogged) => format!(
+            "{refused}; {unlogged} other values were refused in the {:.1} s since the last such line, not logged one by one",
+            since.as_secs_f64()
+        ),
+    })
+}
+
+/// Reads a state back; any buffer that is not exactly one this module writes
+/// fails the load (null), logged (see [`REFUSALS`]), without a panic.
+unsafe extern "C" fn rdb_load<A: State>(
+    rdb: *mut raw::RedisModuleIO,
+    encver: c_int,
+) -> *mut c_void {
+    let refuse = |why: &str| {
+        if let Some(line) = refusal_line(A::TYPE_NAME, why) {
+            let msg = std::ffi::CString::new(line).unwrap_or_default();
+            // SAFETY: `rdb` is the open stream; the format is "%s" with one C string.
+            unsafe {
+                rm!(RedisModule_LogIOError)(rdb, c"warning".as_ptr(), c"%s".as_ptr(), msg.as_ptr())
+            };
+        }
+        std::ptr::null_mut()
+    };
+    if encver != ENCODING_VERSION {
+        return refuse("unknown encoding version");
+    }
+    let mut len = 0usize;
+    // SAFETY: `rdb` is the open stream; Redis allocates the returned buffer.
+    let ptr = unsafe { rm!(RedisModule_LoadStringBuffer)(rdb, &mut len) };
+    // SAFETY: `rdb` is the open stream.
+    if ptr.is_null() || unsafe { rm!(RedisModule_IsIOError)(rdb) } != 0 {
+        if !ptr.is_null() {
+            // SAFETY: allocated by Redis for us, freed once.
+            unsafe { rm!(RedisModule_Free)(ptr.cast()) };
+        }
+        return refuse("truncated data");
+    }
+    // SAFETY: Redis returned `len` readable bytes at `ptr`.
+    let decoded = A::decode(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) });
+    // SAFETY: allocated by Redis for us, freed once, after its last use.
+    unsafe { rm!(RedisModule_Free)(ptr.cast()) };
+    match decoded {
+        Ok(state) => Box::into_raw(Box::new(state)).cast(),
+        Err(e) => refuse(e.0),
+    }
+}
+
+unsafe extern "C" fn aof_rewrite<A: State>(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    // SAFETY: Redis passes a value of this type.
+    if let Some(state) = unsafe { state::<A>(value) } {
+        let buf = encoded(state);
+        // The expiry is left as it is (KEEPTTL): Redis writes the key's
+        // own `PEXPIREAT` after it, when the key has one, so the rewritten
+        // file restores it exactly, or restores none.
+        // SAFETY: `aof` is the rewrite stream, `key` a live string; format
+        // "sbc" takes a string object, a buffer and its length, a C string.
+        unsafe {
+            rm!(RedisModule_EmitAOF)(
+                aof,
+                c"RL.SETSTATE".as_ptr(),
+                c"sbc".as_ptr(),
+                key,
+                buffer_ptr(&buf),
+                buf.len(),
+                c"KEEPTTL".as_ptr(),
+            )
+        };
+    }
+}
+
+unsafe extern "C" fn mem_usage<A: State>(value: *const c_void) -> usize {
+    // SAFETY: Redis passes a value of this type.
+    let heap = unsafe { state::<A>(value) }.map_or(0, State::heap_bytes);
+    std::mem::size_of::<A>() + heap
+}
+
+unsafe extern "C" fn digest<A: State>(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    // SAFETY: Redis passes a value of this type.
+    if let Some(state) = unsafe { state::<A>(value) } {
+        let buf = encoded(state);
+        // SAFETY: `md` is the digest being computed; the buffer outlives the calls.
+        unsafe {
+            rm!(RedisModule_DigestAddStringBuffer)(md, buffer_ptr(&buf).cast_mut(), buf.len());
+            rm!(RedisModule_DigestEndSequence)(md);
+        }
+    }
+}
+
+/// Asked whether removals are wanted now (cheaply: a key leaves on every
+/// expiry), then told the database and name of each key of ours that
+/// leaves the keyspace (see [`on_removed`]).
+static REMOVED: OnceLock<(fn() -> bool, Removed)> = OnceLock::new();
+
+/// Told the database and name of a key that left.
+pub type Removed = fn(c_int, &[u8]);
+
+/// Has `removed` told of each key of ours that leaves the keyspace while
+/// `wanted` says so (at load time: `super::super::waiters` decides its
+/// waiters again).
+pub fn on_removed(wanted: fn() -> bool, removed: Removed) {
+    let _ = REMOVED.set((wanted, removed));
+}
+
+/// A key of this type leaves the keyspace (deleted, expired, evicted,
+/// overwritten, renamed or moved away): clients waiting on it are decided
+/// again, against what it holds then.
+unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
+    let Some((wanted, removed)) = REMOVED.get() else {
+        return;
+    };
+    if !wanted() {
+        return;
+    }
+    // SAFETY: Redis passes the option context of this call.
+    let (db, key) = unsafe { opt_ctx_key(ctx) };
+    removed(db, &key);
+}
+
+unsafe extern "C" fn free<A: State>(value: *mut c_void) {
+    if !value.is_null() {
+        // SAFETY: every value of this type was made by `Box::into_raw` of an `A`.
+        drop(unsafe { Box::from_raw(value.cast::<A>()) });
+    }
+}
+
+unsafe extern "C" fn copy<A: State>(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    // SAFETY: Redis passes a value of this type.
+    match unsafe { state::<A>(value) } {
+        Some(state) => Box::into_raw(Box::new(state.clone())).cast(),
+        None => std::ptr::null_mut(),
+    }
+}
