@@ -33,16 +33,18 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::c_int;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
 
 use super::config::on_denied;
-use super::ffi::{
-    detached, now_ms, on_flush, on_swap, rm, writes_paused, Args, Ctx, KeyName, Status,
+use super::ffi::args::OwnedNames;
+use super::ffi::block::{
+    block, create_timer, stop_timer, unblock, Blocked, ClientId, Timer, TimerId, Waiting,
 };
+use super::ffi::{detached, now_ms, on_flush, on_swap, writes_paused, Args, Ctx, KeyName, Status};
 use super::key::writing_own;
 use super::outcome::Outcome;
 use super::replicate::Run;
@@ -57,8 +59,10 @@ const PAUSE_POLL_MS: i64 = 10;
 
 /// A waiting client.
 struct Waiter {
-    /// Redis's handle of the blocked client.
-    client: *mut raw::RedisModuleBlockedClient,
+    /// Redis's handle of the blocked client, until it is unblocked.
+    client: Cell<Option<Blocked>>,
+    /// Which client it is.
+    id: ClientId,
     /// Its place in the arrival order (the same in each of its queues).
     arrival: u64,
     /// Its database, and the keys it waits on.
@@ -77,7 +81,7 @@ struct Queue {
     /// By arrival: a waiter that leaves is taken out at once.
     waiters: BTreeMap<u64, Rc<Waiter>>,
     /// The timer's id and when it is due (Unix ms).
-    timer: Option<(raw::RedisModuleTimerID, i64)>,
+    timer: Option<(TimerId<TimerKey>, i64)>,
 }
 
 impl Queue {
@@ -99,7 +103,7 @@ struct Queues {
     /// Database -> key -> queue.
     by_db: HashMap<c_int, HashMap<Box<[u8]>, Queue>>,
     /// The waiters by their blocked-client handle (timeouts, disconnects).
-    by_client: HashMap<usize, Rc<Waiter>>,
+    by_client: HashMap<ClientId, Rc<Waiter>>,
     /// The next arrival number.
     arrivals: u64,
     /// Keys whose turn came while writes were paused, in that order.
@@ -115,9 +119,9 @@ impl Queues {
 
     /// Takes `waiter` out of its queues; a queue left empty goes, and its
     /// timer's id is returned, to be stopped.
-    fn remove(&mut self, waiter: &Waiter) -> Vec<raw::RedisModuleTimerID> {
+    fn remove(&mut self, waiter: &Waiter) -> Vec<TimerId<TimerKey>> {
         let mut timers = Vec::new();
-        self.by_client.remove(&(waiter.client as usize));
+        self.by_client.remove(&waiter.id);
         if self.by_client.capacity() > 64 && self.by_client.len() * 4 < self.by_client.capacity() {
             self.by_client.shrink_to_fit();
         }
@@ -153,8 +157,7 @@ fn with_queues<R>(f: impl FnOnce(&mut Queues) -> R) -> R {
 }
 
 fn selected_db(ctx: Ctx<'_>) -> c_int {
-    // SAFETY: `ctx` is a live context.
-    unsafe { rm!(RedisModule_GetSelectedDb)(ctx.raw()) }
+    ctx.selected_db()
 }
 
 /// Whether the running command may block its client: not in `MULTI`, a
@@ -211,29 +214,18 @@ pub fn wait(
     block_ms: u64,
     retry_after_ms: Option<i64>,
 ) -> Status {
-    // SAFETY: `ctx` is the running command's context, whose client may block
-    // (`can_block`); the callbacks are plain functions of this module.
-    let client = unsafe {
-        rm!(RedisModule_BlockClient)(
-            ctx.raw(),
-            Some(reply_callback),
-            Some(timeout_callback),
-            Some(free_reply),
-            i64::try_from(block_ms).unwrap_or(i64::MAX),
-        )
-    };
-    if client.is_null() {
+    let Some(client) = block::<Waiters>(ctx, i64::try_from(block_ms).unwrap_or(i64::MAX)) else {
         return ctx.reply_error(&CommandError::syntax("this client cannot wait here"));
-    }
-    // SAFETY: `client` was just made.
-    unsafe { rm!(RedisModule_SetDisconnectCallback)(client, Some(disconnected)) };
+    };
+    let id = client.id();
     let db = selected_db(ctx);
     let arrival = with_queues(|queues| {
         queues.arrivals += 1;
         queues.arrivals
     });
     let waiter = Rc::new(Waiter {
-        client,
+        client: Cell::new(Some(client)),
+        id,
         arrival,
         db,
         keys: keys.iter().map(|key| key.bytes().into()).collect(),
@@ -245,7 +237,7 @@ pub fn wait(
         done: Cell::new(false),
     });
     let first_in = with_queues(|queues| {
-        queues.by_client.insert(client as usize, waiter.clone());
+        queues.by_client.insert(id, waiter.clone());
         let mut first_in = Vec::new();
         for key in &waiter.keys {
             let queue = queues
@@ -331,17 +323,8 @@ fn swapped(ctx: Ctx<'_>, first: c_int, second: c_int) {
 }
 
 /// Stops a timer of ours that has not fired, freeing what it carries.
-fn stop_timer(ctx: Ctx<'_>, id: raw::RedisModuleTimerID) {
-    let mut data: *mut c_void = std::ptr::null_mut();
-    // SAFETY: `id` is a timer of this module, not fired yet (a fired timer
-    // clears its entry first); its data is the box it was given.
-    if unsafe { rm!(RedisModule_StopTimer)(ctx.raw(), id, &mut data) }
-        == raw::REDISMODULE_OK as c_int
-        && !data.is_null()
-    {
-        // SAFETY: made by `Box::into_raw` in `schedule`, taken back once.
-        drop(unsafe { Box::from_raw(data.cast::<TimerKey>()) });
-    }
+fn stop(ctx: Ctx<'_>, id: TimerId<TimerKey>) {
+    drop(stop_timer(ctx, id));
 }
 
 /// Makes the timer of `key`'s queue due at `due_ms`, or sooner if it is.
@@ -357,17 +340,17 @@ fn schedule(ctx: Ctx<'_>, db: c_int, key: &[u8], due_ms: i64) {
         return;
     };
     if let Some((id, _)) = stale {
-        stop_timer(ctx, id);
+        stop(ctx, id);
     }
-    let data = Box::into_raw(Box::new(TimerKey {
-        db,
-        key: key.into(),
-    }));
     let delay = due_ms.saturating_sub(now_ms()).max(0);
-    // SAFETY: `ctx` is a live context; the callback is a plain function that
-    // takes the box back.
-    let id =
-        unsafe { rm!(RedisModule_CreateTimer)(ctx.raw(), delay, Some(serve_timer), data.cast()) };
+    let id = create_timer(
+        ctx,
+        delay,
+        TimerKey {
+            db,
+            key: key.into(),
+        },
+    );
     with_queues(|queues| {
         if let Some(queue) = queues.queue(db, key) {
             queue.timer = Some((id, due_ms));
@@ -381,21 +364,20 @@ struct TimerKey {
     key: Box<[u8]>,
 }
 
-unsafe extern "C" fn serve_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    // SAFETY: the box `schedule` made for this timer, taken back once.
-    let target = unsafe { Box::from_raw(data.cast::<TimerKey>()) };
-    // SAFETY: the timer's context, live for this call.
-    let ctx = unsafe { Ctx::new(ctx) };
-    with_queues(|queues| {
-        if let Some(queue) = queues.queue(target.db, &target.key) {
-            queue.timer = None;
+impl Timer for TimerKey {
+    fn fire(self, ctx: Ctx<'_>) {
+        let target = self;
+        with_queues(|queues| {
+            if let Some(queue) = queues.queue(target.db, &target.key) {
+                queue.timer = None;
+            }
+        });
+        if writes_paused() {
+            put_aside(ctx, target.db, target.key);
+            return;
         }
-    });
-    if writes_paused() {
-        put_aside(ctx, target.db, target.key);
-        return;
+        serve(ctx, target.db, &target.key);
     }
-    serve(ctx, target.db, &target.key);
 }
 
 /// Writes are paused: `key`'s turn waits for the pause to end.
@@ -412,39 +394,33 @@ fn put_aside(ctx: Ctx<'_>, db: c_int, key: Box<[u8]>) {
 }
 
 fn watch_pause(ctx: Ctx<'_>) {
-    // SAFETY: `ctx` is a live context; the callback is a plain function and
-    // carries no data.
-    unsafe {
-        rm!(RedisModule_CreateTimer)(
-            ctx.raw(),
-            PAUSE_POLL_MS,
-            Some(pause_timer),
-            std::ptr::null_mut(),
-        )
-    };
+    create_timer(ctx, PAUSE_POLL_MS, PauseWatch);
 }
+
+/// The timer that watches a pause.
+struct PauseWatch;
 
 /// While writes stay paused, looks again later; then serves the keys put
 /// aside, in the order their turns came.
-unsafe extern "C" fn pause_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    // SAFETY: the timer's context, live for this call.
-    let ctx = unsafe { Ctx::new(ctx) };
-    if writes_paused() {
-        watch_pause(ctx);
-        return;
-    }
-    let keys = with_queues(|queues| {
-        queues.pause_timer = false;
-        std::mem::take(&mut queues.paused)
-    });
-    for (db, key) in keys {
-        let idle = with_queues(|queues| {
-            queues
-                .queue(db, &key)
-                .is_some_and(|queue| queue.timer.is_none())
+impl Timer for PauseWatch {
+    fn fire(self, ctx: Ctx<'_>) {
+        if writes_paused() {
+            watch_pause(ctx);
+            return;
+        }
+        let keys = with_queues(|queues| {
+            queues.pause_timer = false;
+            std::mem::take(&mut queues.paused)
         });
-        if idle {
-            serve(ctx, db, &key);
+        for (db, key) in keys {
+            let idle = with_queues(|queues| {
+                queues
+                    .queue(db, &key)
+                    .is_some_and(|queue| queue.timer.is_none())
+            });
+            if idle {
+                serve(ctx, db, &key);
+            }
         }
     }
 }
@@ -452,8 +428,8 @@ unsafe extern "C" fn pause_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_vo
 /// Serves `key`'s queue from the front: each waiter whose request passes
 /// now is taken and unblocked; the first that cannot sets the timer.
 fn serve(ctx: Ctx<'_>, db: c_int, key: &[u8]) {
-    // SAFETY: the timer's context; the waiters' keys are in `db`.
-    unsafe { rm!(RedisModule_SelectDb)(ctx.raw(), db) };
+    // The waiters' keys are in `db`.
+    ctx.select_db(db);
     loop {
         let first = with_queues(|queues| {
             let queue = queues.queue(db, key)?;
@@ -472,7 +448,7 @@ fn serve(ctx: Ctx<'_>, db: c_int, key: &[u8]) {
             // Behind another key's waiter: served from there.
             return;
         }
-        let names = KeyStrings::new(&waiter.keys);
+        let names = OwnedNames::new(&waiter.keys);
         let (command, glue_at) = waiter.request.replayed_as();
         let run = Run::woken(ctx, command, glue_at, &waiter.words);
         let decided = waiter.request.decide(&run, &names.key_names(), Mode::Take);
@@ -523,10 +499,9 @@ fn first_everywhere(waiter: &Rc<Waiter>) -> bool {
 /// or an error), or nothing when it ended otherwise (`None`).
 fn finish(ctx: Ctx<'_>, waiter: &Rc<Waiter>, result: Result<Outcome, CommandError>) {
     end(ctx, waiter);
-    let reply = Box::into_raw(Box::new(result));
-    // SAFETY: a client this module blocked and has not unblocked; Redis
-    // hands `reply` to `reply_callback`, then to `free_reply`.
-    unsafe { rm!(RedisModule_UnblockClient)(waiter.client, reply.cast()) };
+    if let Some(client) = waiter.client.take() {
+        unblock::<Waiters>(client, result);
+    }
 }
 
 /// Marks `waiter` as waiting no more, and takes it out of its queues.
@@ -534,14 +509,14 @@ fn end(ctx: Ctx<'_>, waiter: &Rc<Waiter>) {
     if !waiter.done.replace(true) {
         WAITING.fetch_sub(1, Relaxed);
         for id in with_queues(|queues| queues.remove(waiter)) {
-            stop_timer(ctx, id);
+            stop(ctx, id);
         }
     }
 }
 
 /// The waiter a blocked client is, if it still waits.
-fn waiter_of(client: *mut raw::RedisModuleBlockedClient) -> Option<Rc<Waiter>> {
-    with_queues(|queues| queues.by_client.get(&(client as usize)).cloned())
+fn waiter_of(client: ClientId) -> Option<Rc<Waiter>> {
+    with_queues(|queues| queues.by_client.get(&client).cloned())
 }
 
 /// A waiter that left: if it was first in a queue, the next may go now.
@@ -565,117 +540,48 @@ fn left(ctx: Ctx<'_>, waiter: &Rc<Waiter>) {
     }
 }
 
-type ReplyData = Result<Outcome, CommandError>;
+/// The callbacks of a waiting client.
+struct Waiters;
 
-/// Replies to a served waiter.
-unsafe extern "C" fn reply_callback(
-    ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    // SAFETY: the context Redis replies to the unblocked client in.
-    let ctx = unsafe { Ctx::new(ctx) };
-    // SAFETY: as above; the private data is the box `finish` gave.
-    let data = unsafe { rm!(RedisModule_GetBlockedClientPrivateData)(ctx.raw()) };
-    // SAFETY: `finish` made it from a `ReplyData`; `free_reply` frees it.
-    match unsafe { data.cast::<ReplyData>().as_ref() } {
-        Some(Ok(outcome)) => outcome.reply(ctx),
-        Some(Err(error)) => ctx.reply_error(error),
-        None => ctx.reply_null(),
-    };
-    raw::REDISMODULE_OK as c_int
-}
+impl Waiting for Waiters {
+    /// A served waiter's outcome, or its error.
+    type Reply = Result<Outcome, CommandError>;
 
-unsafe extern "C" fn free_reply(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    if !data.is_null() {
-        // SAFETY: made by `Box::into_raw` in `finish`, freed once, here.
-        drop(unsafe { Box::from_raw(data.cast::<ReplyData>()) });
-    }
-}
-
-/// The wait ran out (or `CLIENT UNBLOCK`): the denied reply, from the state
-/// as it is now; nothing taken.
-unsafe extern "C" fn timeout_callback(
-    ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    // SAFETY: the context of the blocked client, on its database.
-    let ctx = unsafe { Ctx::new(ctx) };
-    // SAFETY: as above.
-    let client = unsafe { rm!(RedisModule_GetBlockedClientHandle)(ctx.raw()) };
-    match waiter_of(client) {
-        Some(waiter) => {
-            left(ctx, &waiter);
-            WAITS_TIMED_OUT.fetch_add(1, Relaxed);
-            let names = KeyStrings::new(&waiter.keys);
-            let keys = names.key_names();
-            let (command, glue_at) = waiter.request.replayed_as();
-            let run = Run::live(ctx, command, glue_at);
-            match waiter.request.decide(&run, &keys, Mode::Peek) {
-                Ok(outcome) => answer(&run, &waiter.request, &keys, &outcome.denied(1)),
-                Err(error) => ctx.reply_error(&error),
-            };
-        }
-        None => {
-            ctx.reply_null();
+    /// Replies to a served waiter.
+    fn reply(ctx: Ctx<'_>, reply: Option<&Self::Reply>) -> Status {
+        match reply {
+            Some(Ok(outcome)) => outcome.reply(ctx),
+            Some(Err(error)) => ctx.reply_error(error),
+            None => ctx.reply_null(),
         }
     }
-    // SAFETY: a client this module blocked: the handle is freed once the
-    // module unblocks it, even after a timeout.
-    unsafe { rm!(RedisModule_UnblockClient)(client, std::ptr::null_mut()) };
-    raw::REDISMODULE_OK as c_int
-}
 
-/// The client went away (or was killed) while it waited: it took nothing.
-unsafe extern "C" fn disconnected(
-    ctx: *mut raw::RedisModuleCtx,
-    client: *mut raw::RedisModuleBlockedClient,
-) {
-    // SAFETY: the context Redis gives this callback.
-    let ctx = unsafe { Ctx::new(ctx) };
-    if let Some(waiter) = waiter_of(client) {
+    /// The wait ran out (or `CLIENT UNBLOCK`): the denied reply, from the
+    /// state as it is now; nothing taken.
+    fn timed_out(ctx: Ctx<'_>, client: ClientId) -> Status {
+        let Some(waiter) = waiter_of(client) else {
+            return ctx.reply_null();
+        };
+        // Redis unblocks it after this: the handle is not used again.
+        waiter.client.set(None);
         left(ctx, &waiter);
-    }
-    // SAFETY: as in `timeout_callback`.
-    unsafe { rm!(RedisModule_UnblockClient)(client, std::ptr::null_mut()) };
-}
-
-/// String objects for a waiter's key names, freed when dropped.
-struct KeyStrings(Vec<*mut raw::RedisModuleString>);
-
-impl KeyStrings {
-    fn new(keys: &[Box<[u8]>]) -> Self {
-        Self(
-            keys.iter()
-                .map(|key| {
-                    // SAFETY: a null context makes a string the module owns.
-                    unsafe {
-                        rm!(RedisModule_CreateString)(
-                            std::ptr::null_mut(),
-                            key.as_ptr().cast::<c_char>(),
-                            key.len(),
-                        )
-                    }
-                })
-                .collect(),
-        )
+        WAITS_TIMED_OUT.fetch_add(1, Relaxed);
+        let names = OwnedNames::new(&waiter.keys);
+        let keys = names.key_names();
+        let (command, glue_at) = waiter.request.replayed_as();
+        let run = Run::live(ctx, command, glue_at);
+        match waiter.request.decide(&run, &keys, Mode::Peek) {
+            Ok(outcome) => answer(&run, &waiter.request, &keys, &outcome.denied(1)),
+            Err(error) => ctx.reply_error(&error),
+        }
     }
 
-    fn key_names(&self) -> Vec<KeyName<'_>> {
-        self.0
-            .iter()
-            // SAFETY: live strings, owned by `self`.
-            .map(|&ptr| unsafe { KeyName::from_raw(ptr) })
-            .collect()
-    }
-}
-
-impl Drop for KeyStrings {
-    fn drop(&mut self) {
-        for &ptr in &self.0 {
-            // SAFETY: made by `new`, freed once.
-            unsafe { rm!(RedisModule_FreeString)(std::ptr::null_mut(), ptr) };
+    /// The client went away (or was killed) while it waited: it took
+    /// nothing.
+    fn disconnected(ctx: Ctx<'_>, client: ClientId) {
+        if let Some(waiter) = waiter_of(client) {
+            waiter.client.set(None);
+            left(ctx, &waiter);
         }
     }
 }

@@ -1,7 +1,7 @@
 //! A command's arguments ([`Args`]) and key names ([`KeyName`]): Redis
 //! string objects, read in place for as long as they live.
 
-use std::ffi::c_int;
+use std::ffi::{c_char, c_int};
 use std::marker::PhantomData;
 
 use redis_module::raw;
@@ -19,7 +19,7 @@ pub struct KeyName<'a> {
 impl<'a> KeyName<'a> {
     /// # Safety
     /// `ptr` must be a live string object for `'a`.
-    pub unsafe fn from_raw(ptr: *mut raw::RedisModuleString) -> Self {
+    pub(super) unsafe fn from_raw(ptr: *mut raw::RedisModuleString) -> Self {
         Self {
             ptr,
             life: PhantomData,
@@ -158,6 +158,48 @@ pub(super) unsafe fn string_bytes<'a>(s: *const raw::RedisModuleString) -> &'a [
             &[]
         } else {
             std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+        }
+    }
+}
+
+/// Key names the module made itself (for a command served outside it: a
+/// waiter's), as string objects, freed when dropped.
+pub struct OwnedNames(Vec<*mut raw::RedisModuleString>);
+
+impl OwnedNames {
+    pub fn new(keys: &[Box<[u8]>]) -> Self {
+        Self(
+            keys.iter()
+                .map(|key| {
+                    // SAFETY: a null context makes a string the module owns;
+                    // the buffer is read during the call.
+                    unsafe {
+                        rm!(RedisModule_CreateString)(
+                            std::ptr::null_mut(),
+                            key.as_ptr().cast::<c_char>(),
+                            key.len(),
+                        )
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    /// The names, for as long as `self` lives.
+    pub fn key_names(&self) -> Vec<KeyName<'_>> {
+        self.0
+            .iter()
+            // SAFETY: live strings, owned by `self`.
+            .map(|&ptr| unsafe { KeyName::from_raw(ptr) })
+            .collect()
+    }
+}
+
+impl Drop for OwnedNames {
+    fn drop(&mut self) {
+        for &ptr in &self.0 {
+            // SAFETY: made by `new`, freed once.
+            unsafe { rm!(RedisModule_FreeString)(std::ptr::null_mut(), ptr) };
         }
     }
 }

@@ -245,6 +245,20 @@ impl<'a> Ctx<'a> {
         };
     }
 
+    /// The database the context has selected.
+    pub fn selected_db(self) -> c_int {
+        // SAFETY: `ptr` is a live context.
+        unsafe { rm!(RedisModule_GetSelectedDb)(self.ptr) }
+    }
+
+    /// Selects the database `db` for what the context does next (a timer's
+    /// context, serving the waiters of a key of `db`).
+    pub fn select_db(self, db: c_int) {
+        // SAFETY: `ptr` is a live context; Redis refuses a database that
+        // does not exist.
+        unsafe { rm!(RedisModule_SelectDb)(self.ptr, db) };
+    }
+
     /// Publishes the keyspace event `event` of module keys on `key`.
     pub fn notify_module_event(self, event: &CStr, key: KeyName<'_>) {
         // SAFETY: `ptr` and the key belong to the running command; the

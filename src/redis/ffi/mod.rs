@@ -6,6 +6,7 @@
 //! - [`api`]: the table of API functions, checked at load time;
 //! - [`ctx`]: the running command's context and replies;
 //! - [`args`]: its arguments and key names;
+//! - [`block`]: blocked clients and timers;
 //! - [`command`]: registering and documenting a command;
 //! - [`config`]: the module's settings;
 //! - [`key`]: a key opened for a command, its value and expiry;
@@ -16,6 +17,7 @@
 
 pub mod api;
 pub mod args;
+pub mod block;
 pub mod command;
 pub mod config;
 pub mod ctx;
@@ -25,7 +27,7 @@ pub mod replicate;
 pub mod server;
 pub mod types;
 
-pub(crate) use api::{missing_apis, rm};
+pub use api::missing_apis;
 pub use args::{Args, KeyName, Words};
 pub use command::Command;
 pub(crate) use ctx::command;
