@@ -13,8 +13,6 @@
 // linting every `+` would bury the algorithms' few lines under checked calls.
 #![deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
 pub mod algorithms;
-#[cfg(not(test))]
-mod alloc;
 pub mod encoding;
 pub mod error;
 pub mod log_throttle;
@@ -34,7 +32,7 @@ use redis::init;
 redis_module::redis_module! {
     name: "ratelimit",
     version: 1,
-    allocator: (alloc::ModuleAlloc, alloc::ModuleAlloc),
+    allocator: (redis::ffi::alloc::ModuleAlloc, redis::ffi::alloc::ModuleAlloc),
     data_types: [],
     init: init,
 }

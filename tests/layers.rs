@@ -1,6 +1,7 @@
 //! The source's dependencies go one way (STYLE.md, habit 12): no file of
 //! `src/` imports a file that imports it back, directly or around a loop,
-//! and no file imports one of a layer above its own ([`LAYERS`]).
+//! and no file imports one of a layer above its own ([`LAYERS`]); and no
+//! file but those of `src/redis/ffi/` holds `unsafe`.
 //!
 //! A file's imports are read from its source: its `use` lines and every path
 //! it writes from `crate::`, `super::` or `self::` (comments and string
@@ -24,10 +25,7 @@ use std::path::{Path, PathBuf};
 /// key/state -> replies and the server API (`redis/ffi/`), and below the
 /// Redis layer the plain Rust: replays, grammar, algorithms, words.
 const LAYERS: &[(&str, &[&str])] = &[
-    (
-        "the module's start-up",
-        &["lib.rs", "alloc.rs", "redis/mod.rs"],
-    ),
+    ("the module's start-up", &["lib.rs", "redis/mod.rs"]),
     ("the command table", &["redis/commands/mod.rs"]),
     (
         "entry points: one file per command family (shim, parse, respond)",
@@ -61,7 +59,10 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["redis/stats.rs", "redis/sketch.rs", "redis/config.rs"],
     ),
     ("the server's API, behind safe functions", &["redis/ffi/"]),
-    ("the documentation of commands, as data", &["redis/command_info.rs"]),
+    (
+        "the documentation of commands, as data",
+        &["redis/command_info.rs"],
+    ),
     ("redis-cell's arguments and replies", &["redis_cell.rs"]),
     ("replays", &["replay.rs"]),
     ("grammar: options, RL.ALL, RL.TOP", &["parse/"]),
@@ -109,6 +110,35 @@ fn no_file_of_src_imports_a_file_of_a_layer_above_its_own() {
         }
     }
     assert!(wrong.is_empty(), "arrows back up:\n{}", wrong.join("\n"));
+}
+
+/// Every call into the server's API sits behind the safe functions of
+/// `src/redis/ffi/`: no other file holds `unsafe` (test code included).
+#[test]
+fn no_file_outside_redis_ffi_holds_unsafe() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    collect(&src, &mut files);
+    let holding: Vec<String> = files
+        .iter()
+        .filter(|f| !f.starts_with(src.join("redis").join("ffi")))
+        .filter(|f| {
+            let code = code_only(&std::fs::read_to_string(f).unwrap());
+            let holds = inline_words(&code).any(|w| w == "unsafe");
+            holds
+        })
+        .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
+        .collect();
+    assert!(
+        holding.is_empty(),
+        "unsafe outside src/redis/ffi: {holding:?}"
+    );
+}
+
+/// The identifiers and keywords of some code.
+fn inline_words(code: &str) -> impl Iterator<Item = &str> {
+    code.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
 }
 
 /// `cargo test --test layers -- --ignored --nocapture`: every layer, its

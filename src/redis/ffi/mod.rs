@@ -3,6 +3,7 @@
 //! handles with lifetimes here ([`Ctx`], [`Args`], [`KeyName`]), once, where
 //! Redis calls the module.
 //!
+//! - [`alloc`]: the module's global allocator;
 //! - [`api`]: the table of API functions, checked at load time;
 //! - [`ctx`]: the running command's context and replies;
 //! - [`args`]: its arguments and key names;
@@ -15,6 +16,7 @@
 //! - [`server`]: the clock, pauses, events, and Redis's own commands;
 //! - [`types`]: the data types' callbacks, and values typed by their Redis type.
 
+pub mod alloc;
 pub mod api;
 pub mod args;
 pub mod block;
