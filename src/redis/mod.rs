@@ -47,7 +47,7 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     memory::init(loading);
     for redis_type in types::every_type() {
-        if let Err(why) = redis_type.create_data_type(loading.raw()) {
+        if let Err(why) = ffi::types::create(loading, redis_type) {
             ctx.log_warning(&format!("ratelimit: cannot create a data type: {why}"));
             return Status::Err;
         }

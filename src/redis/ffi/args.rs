@@ -26,7 +26,7 @@ impl<'a> KeyName<'a> {
         }
     }
 
-    pub fn raw(self) -> *mut raw::RedisModuleString {
+    pub(super) fn raw(self) -> *mut raw::RedisModuleString {
         self.ptr
     }
 
@@ -46,7 +46,7 @@ pub struct Args<'a> {
 impl<'a> Args<'a> {
     /// # Safety
     /// `argv` and `argc` must be those Redis passed to the running command.
-    pub unsafe fn new(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> Self {
+    pub(super) unsafe fn new(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> Self {
         Self {
             argv,
             argc: usize::try_from(argc).unwrap_or(0),

@@ -72,7 +72,7 @@ pub struct Status;
 impl<'a> Ctx<'a> {
     /// # Safety
     /// `ptr` must be a context Redis handed the module, valid for `'a`.
-    pub unsafe fn new(ptr: *mut raw::RedisModuleCtx) -> Self {
+    pub(super) unsafe fn new(ptr: *mut raw::RedisModuleCtx) -> Self {
         Self {
             ptr,
             life: PhantomData,
@@ -95,7 +95,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// The raw pointer, for the API calls of this layer.
-    pub fn raw(self) -> *mut raw::RedisModuleCtx {
+    pub(super) fn raw(self) -> *mut raw::RedisModuleCtx {
         self.ptr
     }
 

@@ -14,6 +14,7 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::api::{buffer_ptr, rm};
+use super::ctx::Ctx;
 use super::server::opt_ctx_key;
 use crate::algorithms::State;
 use crate::log_throttle::{LogThrottle, Verdict};
@@ -30,6 +31,11 @@ pub const ENCODING_VERSION: i32 = 1;
 /// type names it. Implemented only by [`value_type!`].
 pub unsafe trait TypedValue: State + 'static {
     fn redis_type() -> &'static RedisType;
+}
+
+/// Creates the Redis data type `ty` (at load time).
+pub fn create(ctx: Ctx<'_>, ty: &RedisType) -> Result<(), String> {
+    ty.create_data_type(ctx.raw()).map_err(str::to_string)
 }
 
 /// Makes `$ty` the values of a new Redis type named `$name` (nine
