@@ -54,9 +54,9 @@ test-python: build-debug $(PYENV)/installed
 # The Node client (clients/node): its dependencies installed inside the
 # package from the committed package-lock.json (npm ci, nothing global; again
 # when the lockfile changes), then its lints (ESLint with typescript-eslint),
-# its types (tsc, strict, the tests and the example included), its build
-# (ESM + CJS + .d.ts in dist/), and its tests (node:test), which start their
-# own servers and a three-node cluster with the debug build.
+# its types (tsc, strict, the tests and the example included), then its
+# build (ESM + CJS + .d.ts in dist/) and its tests (node:test), which start
+# their own servers and a three-node cluster with the debug build.
 NODECLIENT := clients/node
 
 $(NODECLIENT)/node_modules/.installed: $(NODECLIENT)/package-lock.json
@@ -66,7 +66,6 @@ $(NODECLIENT)/node_modules/.installed: $(NODECLIENT)/package-lock.json
 test-node: build-debug $(NODECLIENT)/node_modules/.installed
 	cd $(NODECLIENT) && npm run --silent lint
 	cd $(NODECLIENT) && npm run --silent typecheck
-	cd $(NODECLIENT) && npm run --silent build
 	cd $(NODECLIENT) && npm test
 
 # The integration tests against valkey-server 8.1.8 instead of redis-server
