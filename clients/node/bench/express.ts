@@ -7,9 +7,10 @@
 // round is reported. Every request is allowed (a limit far above the load),
 // so each measures the cost of asking Redis, not of answering 429.
 import { fork } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { Agent, request } from "node:http";
 import { fileURLToPath } from "node:url";
-import { Server, freePort, modulePath } from "../test/servers.js";
+import { Server, freePort, modulePath, rawCommand } from "../test/servers.js";
 
 const VARIANTS = ["none", "redis-ratelimit", "express-rate-limit+rate-limit-redis"] as const;
 type Variant = (typeof VARIANTS)[number];
@@ -38,6 +39,25 @@ async function serve(variant: Variant, redisPort: number, port: number): Promise
     res.send("hello");
   });
   app.listen(port, "127.0.0.1", () => process.send?.("ready"));
+}
+
+/** CPU seconds (user + system) a process has used so far (Linux /proc). */
+function processCpu(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+  return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (USER_HZ = 100)
+}
+
+/** CPU seconds the Redis server has used so far (INFO cpu). */
+async function redisCpu(port: number): Promise<number> {
+  const info = await rawCommand(port, "INFO", "cpu");
+  const get = (name: string) => Number(new RegExp(`${name}:([\\d.]+)`).exec(info)?.[1]);
+  return get("used_cpu_user") + get("used_cpu_sys");
+}
+
+interface Result {
+  rps: number;
+  appCpuUs: number;
+  redisCpuUs: number;
 }
 
 async function load(port: number, seconds: number, connections: number): Promise<number> {
@@ -69,15 +89,18 @@ async function load(port: number, seconds: number, connections: number): Promise
   const elapsed = (performance.now() - start) / 1000;
   agent.destroy();
   if (failed > 0) throw new Error(`${failed} requests failed or were not 200`);
+  lastCount = done;
   return done / elapsed;
 }
+
+let lastCount = 0;
 
 async function main(): Promise<void> {
   const seconds = Number(process.env.BENCH_SECONDS ?? 5);
   const connections = Number(process.env.BENCH_CONNECTIONS ?? 32);
   const rounds = Number(process.env.BENCH_ROUNDS ?? 3);
   const redis = await Server.start();
-  const results = new Map<Variant, number[]>(VARIANTS.map((v) => [v, []]));
+  const results = new Map<Variant, Result[]>(VARIANTS.map((v) => [v, []]));
   try {
     for (let round = 0; round < rounds; round++) {
       for (const variant of VARIANTS) {
@@ -85,22 +108,29 @@ async function main(): Promise<void> {
         const child = fork(fileURLToPath(import.meta.url), ["serve", variant, String(redis.port), String(port)]);
         await new Promise((res) => child.once("message", res));
         await load(port, 1, connections); // warm-up
-        results.get(variant)!.push(await load(port, seconds, connections));
+        const app0 = processCpu(child.pid!);
+        const redis0 = await redisCpu(redis.port);
+        const rps = await load(port, seconds, connections);
+        const appCpuUs = ((processCpu(child.pid!) - app0) / lastCount) * 1e6;
+        const redisCpuUs = ((await redisCpu(redis.port)) - redis0) / lastCount * 1e6;
+        results.get(variant)!.push({ rps, appCpuUs, redisCpuUs });
         child.kill();
       }
     }
   } finally {
     redis.stop();
   }
-  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-  const base = median(results.get("none")!);
+  const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+  const base = median(results.get("none")!.map((r) => r.rps));
   console.log(`module ${modulePath()}, node ${process.version}, ${connections} connections, ${rounds} rounds of ${seconds} s`);
-  console.log("| app | requests/s (median) | vs no limiter | rounds |");
-  console.log("|---|---:|---:|---|");
+  console.log("| app | requests/s (median) | vs no limiter | app CPU µs/request | Redis CPU µs/request | requests/s of each round |");
+  console.log("|---|---:|---:|---:|---:|---|");
   for (const variant of VARIANTS) {
     const xs = results.get(variant)!;
+    const rps = median(xs.map((r) => r.rps));
     console.log(
-      `| ${variant} | ${Math.round(median(xs))} | ${((median(xs) / base) * 100).toFixed(0)}% | ${xs.map((x) => Math.round(x)).join(", ")} |`,
+      `| ${variant} | ${Math.round(rps)} | ${((rps / base) * 100).toFixed(0)}% | ${median(xs.map((r) => r.appCpuUs)).toFixed(0)} | ` +
+        `${median(xs.map((r) => r.redisCpuUs)).toFixed(1)} | ${xs.map((r) => Math.round(r.rps)).join(", ")} |`,
     );
   }
 }

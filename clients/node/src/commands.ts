@@ -117,22 +117,27 @@ function key(value: string): string {
 
 /** `RL.<ALGORITHM> key <params> [options]`. */
 export function check(k: string, limit: Limit, options: CheckOptions = {}): Command<Decision> {
-  const policy = limit.policy();
+  return checkWords(k, limit, optionWords(options), blockMs(options.block));
+}
+
+/** `check` with its option words already spelled (the middleware spells them once, at start-up). */
+export function checkWords(k: string, limit: Limit, words: readonly Arg[], block?: number): Command<Decision> {
+  const { params, policy } = limit.spec;
   return {
     name: limit.command,
-    args: [key(k), ...limit.params(), ...optionWords(options)],
+    args: [key(k), ...params, ...words],
     keys: [k],
     parse: (reply) => decisionFrom(reply, policy),
-    blockMs: blockMs(options.block),
+    blockMs: block,
   };
 }
 
 /** `RL.PEEK key <ALGORITHM params> [COST n]`: what a check would answer now, changing nothing. */
 export function peek(k: string, limit: Limit, cost = 1): Command<Decision> {
-  const policy = limit.policy();
+  const { params, policy } = limit.spec;
   return {
     name: "RL.PEEK",
-    args: [key(k), limit.word, ...limit.params(), ...optionWords({ cost })],
+    args: [key(k), limit.word, ...params, ...optionWords({ cost })],
     keys: [k],
     parse: (reply) => decisionFrom(reply, policy),
   };
@@ -147,12 +152,17 @@ export function checkAll(tiers: Tiers, options: CheckOptions = {}): Command<Deci
     ? [...(tiers as ReadonlyArray<readonly [string, Limit]>)]
     : Object.entries(tiers as Record<string, Limit>);
   if (pairs.length === 0) throw new RangeError("RL.ALL needs at least one [key, limit] tier");
+  return checkAllWords(pairs, optionWords(options), blockMs(options.block));
+}
+
+/** `checkAll` with its option words already spelled. */
+export function checkAllWords(pairs: ReadonlyArray<readonly [string, Limit]>, words: readonly Arg[], block?: number): Command<Decision> {
   const keys = pairs.map(([k]) => key(k));
-  const policies = pairs.map(([, limit]) => limit.policy());
-  const specs = pairs.flatMap(([, limit]) => [limit.word, ...limit.params()]);
+  const policies = pairs.map(([, limit]) => limit.spec.policy);
+  const specs = pairs.flatMap(([, limit]) => [limit.word, ...limit.spec.params]);
   return {
     name: "RL.ALL",
-    args: [keys.length, ...keys, ...specs, ...optionWords(options)],
+    args: [keys.length, ...keys, ...specs, ...words],
     keys,
     parse: (reply) => {
       const r = array(reply);
@@ -160,7 +170,7 @@ export function checkAll(tiers: Tiers, options: CheckOptions = {}): Command<Deci
       const combined = decisionFrom(r.slice(0, 5));
       return combined.with({ delayMs: Math.max(0, ...parts.map((d) => d.delayMs)), tiers: parts });
     },
-    blockMs: blockMs(options.block),
+    blockMs: block,
   };
 }
 

@@ -50,6 +50,13 @@ export abstract class Limit {
     return new Policy(this.name ?? this.word.toLowerCase(), this.quota, this.windowMs(), undefined, this.unitMs());
   }
 
+  #spec: { params: Arg[]; policy: Policy } | undefined;
+
+  /** The parameters and the policy, computed once (a limit never changes): what each check sends. */
+  get spec(): { readonly params: readonly Arg[]; readonly policy: Policy } {
+    return (this.#spec ??= { params: this.params(), policy: this.policy() });
+  }
+
   /** Checks the policy name once, at construction. */
   protected validate(): void {
     this.policy();

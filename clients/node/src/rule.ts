@@ -11,7 +11,7 @@ import * as commands from "./commands.js";
 import type { Command } from "./commands.js";
 import type { Decision, Headers } from "./decision.js";
 import { CircuitOpenError, RedisTimeoutError, isUnreachable, translate } from "./errors.js";
-import { Limit } from "./limits.js";
+import { type Arg, Limit } from "./limits.js";
 import { type Duration, durationMs, integer } from "./units.js";
 
 /** A request, as a key function sees it, whatever the framework. */
@@ -327,6 +327,7 @@ export class Rule {
       );
     }
     for (const k of mine) claimed.add(k);
+    this.fixedWords = this.optionWords(typeof options.cost === "number" ? options.cost : 1);
     this.keyBase = (identity) => `${prefix}:{${identity}}:${options.scope === undefined ? "" : `${options.scope}:`}`;
   }
 
@@ -356,17 +357,24 @@ export class Rule {
       if (this.options.onMissingIdentity === "refuse") return "refuse";
       identity = "unknown";
     }
-    const cost = typeof this.options.cost === "function" ? integer(this.options.cost(request), "cost") : (this.options.cost ?? 1);
+    const words =
+      typeof this.options.cost === "function" ? this.optionWords(integer(this.options.cost(request), "cost")) : this.fixedWords;
     const base = this.keyBase(identity);
+    if (this.limits.length === 1) return commands.checkWords(base + this.names[0], this.limits[0] as Limit, words);
+    return commands.checkAllWords(
+      this.limits.map((l, i) => [base + this.names[i], l] as const),
+      words,
+    );
+  }
+
+  private optionWords(cost: number): Arg[] {
     const options: commands.CheckOptions = { cost };
     if (this.options.penalty !== undefined) options.penalty = this.options.penalty;
     if (this.options.shadow === true) options.shadow = true;
-    if (this.limits.length === 1) return commands.check(base + this.names[0], this.limits[0] as Limit, options);
-    return commands.checkAll(
-      this.limits.map((l, i) => [base + this.names[i], l] as const),
-      options,
-    );
+    return commands.optionWords(options);
   }
+
+  private readonly fixedWords: readonly Arg[];
 
   /** The verdict on `request`. Rejects only on a bug (an error reply such as a WRONGTYPE key). */
   async decide(request: RequestInfo): Promise<Verdict> {
