@@ -45,6 +45,7 @@ export {
 export {
   CircuitBreaker,
   type KeyFn,
+  type LimitFor,
   type Logger,
   type RequestInfo,
   Rule,

@@ -6,10 +6,10 @@
  * validation, no two rules on one key).
  */
 import { createHash } from "node:crypto";
-import { type RedisAdapter, type RedisLike, adapt } from "./adapter.js";
+import { type RedisAdapter, type RedisLike, adapt, keySlot } from "./adapter.js";
 import * as commands from "./commands.js";
 import type { Command } from "./commands.js";
-import type { Decision, Headers } from "./decision.js";
+import { Decision, type Headers } from "./decision.js";
 import { CircuitOpenError, RedisTimeoutError, isUnreachable, translate } from "./errors.js";
 import { type Arg, Limit } from "./limits.js";
 import { type Duration, durationMs, integer } from "./units.js";
@@ -77,6 +77,12 @@ export type Verdict =
   | { action: "pass"; headers: Headers; decision?: Decision }
   | { action: "respond"; status: number; headers: Headers; body: string; decision?: Decision };
 
+/** A limit that counts by its own key function rather than the rule's. */
+export interface LimitFor {
+  limit: Limit;
+  key: KeyFn;
+}
+
 export interface Logger {
   warn(message: string): void;
   info?(message: string): void;
@@ -85,8 +91,12 @@ export interface Logger {
 export interface RuleOptions {
   /** The Redis client: ioredis or node-redis, single or cluster. */
   redis: RedisLike;
-  /** One limit, or several checked together with one `RL.ALL` (all or nothing); their names must differ. */
-  limits: Limit | readonly Limit[];
+  /**
+   * One limit, or several checked together with one `RL.ALL` (all or
+   * nothing); their names must differ. A limit given as `{ limit, key }`
+   * counts by its own key function (per IP and per API key in one check).
+   */
+  limits: Limit | ReadonlyArray<Limit | LimitFor>;
   /** Who a request counts against (default `clientIp`). */
   key?: KeyFn;
   /** What to do when `key` cannot read the identity: `"shared"` (default: one identity for all such requests, warned once) or `"refuse"` (403). */
@@ -252,6 +262,7 @@ export class Rule {
   readonly adapter: RedisAdapter;
   readonly limits: readonly Limit[];
   readonly names: readonly string[];
+  private readonly tiers: ReadonlyArray<{ limit: Limit; key?: KeyFn }>;
   readonly breaker: CircuitBreaker;
   private readonly options: RuleOptions;
   private readonly cache: DenialCache | undefined;
@@ -270,11 +281,17 @@ export class Rule {
     }
     this.options = options;
     this.adapter = adapt(options.redis);
-    const limits = options.limits instanceof Limit ? [options.limits] : [...(options.limits ?? [])];
-    if (limits.length === 0) throw new TypeError("give at least one limit (limits: new TokenBucket(10, 1), ...)");
-    for (const limit of limits) {
-      if (!(limit instanceof Limit)) throw new TypeError(`limits must be Limit objects (TokenBucket, ...), not ${String(limit)}`);
-    }
+    const given = options.limits instanceof Limit ? [options.limits] : [...((options.limits as unknown[] | undefined) ?? [])];
+    if (given.length === 0) throw new TypeError("give at least one limit (limits: new TokenBucket(10, 1), ...)");
+    this.tiers = given.map((tier) => {
+      if (tier instanceof Limit) return { limit: tier };
+      const t = tier as Partial<LimitFor> | null;
+      if (t !== null && typeof t === "object" && t.limit instanceof Limit && typeof t.key === "function") {
+        return { limit: t.limit, key: t.key };
+      }
+      throw new TypeError(`limits must be Limit objects (TokenBucket, ...) or { limit, key }, not ${String(tier)}`);
+    });
+    const limits = this.tiers.map((t) => t.limit);
     this.limits = limits;
     this.names = limits.map((l) => l.policy().name);
     if (new Set(this.names).size !== this.names.length) {
@@ -341,30 +358,48 @@ export class Rule {
     }
   }
 
-  /** The check for `request`, or null when it is not limited (its key function said null). */
-  command(request: RequestInfo): Command<Decision> | null | "refuse" {
-    let identity = (this.options.key ?? clientIp)(request);
-    if (identity === null) return null;
-    if (identity === undefined || identity === "") {
-      if (!this.warnedMissing) {
-        this.warnedMissing = true;
-        this.logger.warn(
-          `redis-ratelimit: cannot tell who sent ${request.method} ${request.path} (no client address: a unix socket, ` +
-            `or a proxy not trusted?); ${this.options.onMissingIdentity === "refuse" ? "such requests are refused (403)" : "such requests share one identity, 'unknown'"}. ` +
-            "Give a key function that reads your proxy's header (forwardedIp) or return null to exempt requests on purpose.",
-        );
+  /**
+   * The checks for `request`: one command, or on a cluster one per slot
+   * when the limits count different identities; null when no limit applies
+   * (every key function said null); "refuse" for a missing identity the
+   * rule refuses.
+   */
+  plan(request: RequestInfo): { commands: Command<Decision>[]; cacheKey: string } | null | "refuse" {
+    const pairs: Array<readonly [string, Limit]> = [];
+    for (const [i, tier] of this.tiers.entries()) {
+      let identity = (tier.key ?? this.options.key ?? clientIp)(request);
+      if (identity === null) continue;
+      if (identity === undefined || identity === "") {
+        if (!this.warnedMissing) {
+          this.warnedMissing = true;
+          this.logger.warn(
+            `redis-ratelimit: cannot tell who sent ${request.method} ${request.path} (no client address: a unix socket, ` +
+              `or a proxy not trusted?); ${this.options.onMissingIdentity === "refuse" ? "such requests are refused (403)" : "such requests share one identity, 'unknown'"}. ` +
+              "Give a key function that reads your proxy's header (forwardedIp) or return null to exempt requests on purpose.",
+          );
+        }
+        if (this.options.onMissingIdentity === "refuse") return "refuse";
+        identity = "unknown";
       }
-      if (this.options.onMissingIdentity === "refuse") return "refuse";
-      identity = "unknown";
+      pairs.push([this.keyBase(identity) + this.names[i], tier.limit]);
     }
-    const words =
-      typeof this.options.cost === "function" ? this.optionWords(integer(this.options.cost(request), "cost")) : this.fixedWords;
-    const base = this.keyBase(identity);
-    if (this.limits.length === 1) return commands.checkWords(base + this.names[0], this.limits[0] as Limit, words);
-    return commands.checkAllWords(
-      this.limits.map((l, i) => [base + this.names[i], l] as const),
-      words,
+    if (pairs.length === 0) return null;
+    const cost = typeof this.options.cost === "function" ? integer(this.options.cost(request), "cost") : undefined;
+    const words = cost === undefined ? this.fixedWords : this.optionWords(cost);
+    // One RL.ALL can only name keys of one slot: on a cluster, limits of
+    // several identities are checked one slot after another, in the rule's order.
+    const groups = new Map<number, Array<readonly [string, Limit]>>();
+    for (const pair of pairs) {
+      const slot = this.adapter.cluster ? keySlot(pair[0]) : 0;
+      const group = groups.get(slot);
+      if (group === undefined) groups.set(slot, [pair]);
+      else group.push(pair);
+    }
+    const commandsToRun = [...groups.values()].map((group) =>
+      group.length === 1 ? commands.checkWords(group[0]![0], group[0]![1], words) : commands.checkAllWords(group, words),
     );
+    const fixedCost = typeof this.options.cost === "number" ? this.options.cost : 1;
+    return { commands: commandsToRun, cacheKey: `${pairs.map(([k]) => k).join("\n")}\n${cost ?? fixedCost}` };
   }
 
   private optionWords(cost: number): Arg[] {
@@ -378,22 +413,26 @@ export class Rule {
 
   /** The verdict on `request`. Rejects only on a bug (an error reply such as a WRONGTYPE key). */
   async decide(request: RequestInfo): Promise<Verdict> {
-    const command = this.command(request);
-    if (command === null) return { action: "pass", headers: {} };
-    if (command === "refuse") {
+    const plan = this.plan(request);
+    if (plan === null) return { action: "pass", headers: {} };
+    if (plan === "refuse") {
       return text(403, "Forbidden: the rate limiter cannot tell who sent this request.\n", {});
     }
-    const cacheKey = `${command.keys.join("\n")}\n${String(command.args[command.args.indexOf("COST") + 1] ?? 1)}`;
-    const now = performance.now();
-    let decision = this.cache?.get(cacheKey, now);
+    let decision = this.cache?.get(plan.cacheKey, performance.now());
     if (decision === undefined) {
+      const decisions: Decision[] = [];
       try {
-        decision = await guarded(this.adapter, this.breaker, command, this.timeoutMs);
+        for (const command of plan.commands) {
+          const d = await guarded(this.adapter, this.breaker, command, this.timeoutMs);
+          decisions.push(d);
+          if (!d.allowed) break; // the slots after it are not asked, so take nothing
+        }
       } catch (error) {
         if (isUnreachable(error)) return this.unreachable(error);
         throw error;
       }
-      this.cache?.set(cacheKey, decision, performance.now());
+      decision = plan.commands.length === 1 ? decisions[0]! : combine(decisions);
+      this.cache?.set(plan.cacheKey, decision, performance.now());
     }
     return this.verdict(decision, request);
   }
@@ -441,6 +480,23 @@ export class Rule {
     if (failOpen) return { action: "pass", headers: {} };
     return text(503, "Service unavailable: the rate limiter cannot be reached.\n", {});
   }
+}
+
+/** The answers of several checks (one per cluster slot) as one decision with every tier. */
+function combine(decisions: Decision[]): Decision {
+  const tiers = decisions.flatMap((d) => (d.tiers.length > 0 ? d.tiers : [d]));
+  const denied = tiers.filter((d) => !d.allowed);
+  const tightest = tiers.reduce((a, b) => (b.remaining < a.remaining ? b : a));
+  return new Decision({
+    allowed: denied.length === 0,
+    limit: tightest.limit,
+    remaining: tightest.remaining,
+    retryAfterMs:
+      denied.length === 0 ? 0 : denied.some((d) => d.retryAfterMs === null) ? null : Math.max(...denied.map((d) => d.retryAfterMs ?? 0)),
+    resetAfterMs: Math.max(...tiers.map((d) => d.resetAfterMs)),
+    delayMs: Math.max(...tiers.map((d) => d.delayMs)),
+    tiers,
+  });
 }
 
 function text(status: number, body: string, headers: Headers): Verdict {

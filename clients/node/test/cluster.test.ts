@@ -1,7 +1,7 @@
 /** The adapters over a three-primary Redis Cluster the test starts itself. */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { FixedWindow, RateLimiter, TokenBucket, keySlot } from "../src/index.js";
+import { FixedWindow, RateLimiter, Rule, TokenBucket, keySlot } from "../src/index.js";
 import { CLUSTER_KINDS, type Connected, connectCluster } from "./clients.js";
 import { Cluster, rawCommand } from "./servers.js";
 
@@ -88,3 +88,34 @@ for (const kind of CLUSTER_KINDS) {
     });
   });
 }
+
+describe("a rule of several identities on a cluster", () => {
+  it("checks one slot after the other, in the rule's order, stopping at a denial", async () => {
+    const conn = await connectCluster("ioredis", cluster.ports);
+    try {
+      const rule = new Rule({
+        redis: conn.client,
+        limits: [
+          { limit: new FixedWindow(2, "1m", { name: "per-key" }), key: (r) => `key:${String(r.headers["x-api-key"])}` },
+          { limit: new FixedWindow(5, "1m", { name: "per-ip" }), key: (r) => `ip:${r.ip}` },
+        ],
+        denialCache: false,
+      });
+      const request = (ip: string) => ({ method: "GET", path: "/", headers: { "x-api-key": "A" }, ip, raw: null });
+      assert.notEqual(keySlot("rl:{key:A}:per-key"), keySlot("rl:{ip:10.0.0.1}:per-ip"));
+      const verdicts = [];
+      for (let i = 0; i < 3; i++) verdicts.push(await rule.decide(request("10.0.0.1")));
+      assert.deepEqual(
+        verdicts.map((v) => v.action),
+        ["pass", "pass", "respond"],
+      );
+      assert.equal(verdicts[2]!.decision?.tiers.length, 1, "the per-IP slot was not asked");
+      const limiter = new RateLimiter(conn.client);
+      assert.equal((await limiter.info("rl:{ip:10.0.0.1}:per-ip"))?.remaining, 3, "the denied request spent nothing");
+      assert.equal(verdicts[0]!.decision?.tiers.length, 2);
+      assert.equal(verdicts[0]!.headers["RateLimit-Policy"], '"per-key";q=2;w=60, "per-ip";q=5;w=60');
+    } finally {
+      await conn.close();
+    }
+  });
+});

@@ -16,6 +16,7 @@ import {
   SlidingCounter,
   TokenBucket,
   apiKey,
+  clientIp,
   forwardedIp,
   rateLimit,
 } from "../src/index.js";
@@ -227,6 +228,45 @@ describe("Express middleware", () => {
       assert.equal(info?.remaining, 98);
     } finally {
       await close(http);
+    }
+  });
+});
+
+describe("one rule, several identities", () => {
+  it("per IP and per API key in one RL.ALL: all or nothing, one set of headers", async () => {
+    const conn = await connect("ioredis", server.port);
+    const app = express();
+    app.use(
+      rateLimit({
+        redis: conn.client,
+        scope: "ids",
+        limits: [
+          { limit: new FixedWindow(5, "1m", { name: "per-ip" }), key: clientIp },
+          { limit: new FixedWindow(2, "1m", { name: "per-key" }), key: apiKey("x-api-key", null) },
+        ],
+        denialCache: false,
+      }),
+    );
+    app.get("/", (_req, res) => res.send("ok"));
+    const http = await listen(app);
+    try {
+      const withKey = [];
+      for (let i = 0; i < 3; i++) withKey.push(await get(port(http), "/", { "x-api-key": "A" }));
+      assert.deepEqual(
+        withKey.map((r) => r.status),
+        [200, 200, 429],
+      );
+      const denied = withKey[2]!.headers;
+      assert.equal(denied["x-ratelimit-limit"], "2", "one value: the per-key limit that denied");
+      assert.equal(denied["ratelimit-policy"], '"per-ip";q=5;w=60, "per-key";q=2;w=60');
+      const info = await new RateLimiter(conn.client).info("rl:{ip:127.0.0.1}:ids:per-ip");
+      assert.equal(info?.remaining, 3, "the 429 spent nothing of the per-IP limit");
+      const anonymous = await get(port(http), "/");
+      assert.equal(anonymous.status, 200);
+      assert.equal(anonymous.headers["ratelimit-policy"], '"per-ip";q=5;w=60', "no API key: only the per-IP limit applies");
+    } finally {
+      await close(http);
+      await conn.close();
     }
   });
 });
