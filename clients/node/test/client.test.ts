@@ -180,6 +180,10 @@ for (const kind of KINDS) {
       assert.equal(b.id, "mine");
       const c = await limiter.acquire("jobs", 2, "30s");
       assert.deepEqual([c.allowed, c.id], [false, null]);
+      const h = c.headers();
+      assert.equal(h["RateLimit-Policy"], '"concurrency";q=2;qu="concurrent-requests"');
+      assert.match(h.RateLimit!, /^"concurrency";r=0;t=30$/);
+      assert.equal(h["Retry-After"], "30");
       assert.equal(await limiter.release("jobs", "mine"), true);
       assert.equal(await limiter.release("jobs", "mine"), false);
       await assert.rejects(
