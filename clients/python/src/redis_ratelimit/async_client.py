@@ -21,6 +21,7 @@ from .commands import CheckOptions, Command, Key, Tiers
 from .decision import Decision, Lease
 from .errors import RateLimitExceeded, translate
 from .info import KeyInfo
+from .kinds import require_async
 from .limits import GCRA, FixedWindow, LeakyBucket, Limit, SlidingCounter, SlidingLog, TokenBucket
 from .top import TopEntry
 from .units import Duration, Rate
@@ -41,6 +42,7 @@ class AsyncRateLimiter:
     """
 
     def __init__(self, redis: Redis | RedisCluster) -> None:
+        require_async(redis, type(self).__name__, "RateLimiter")
         self.redis = redis
 
     async def run(self, command: Command[T]) -> T:

@@ -21,6 +21,7 @@ from .commands import CheckOptions, Command, Key, Tiers
 from .decision import Decision, Lease
 from .errors import RateLimitExceeded, translate
 from .info import KeyInfo
+from .kinds import require_sync
 from .limits import GCRA, FixedWindow, LeakyBucket, Limit, SlidingCounter, SlidingLog, TokenBucket
 from .top import TopEntry
 from .units import Duration, Rate
@@ -41,6 +42,7 @@ class RateLimiter:
     """
 
     def __init__(self, redis: Redis | RedisCluster) -> None:
+        require_sync(redis, type(self).__name__, "AsyncRateLimiter")
         self.redis = redis
 
     def run(self, command: Command[T]) -> T:
