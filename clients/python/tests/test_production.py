@@ -1,0 +1,487 @@
+"""Issue 21: the middleware at the edges of real deployments, each against
+real servers: no client address (uvicorn on a unix socket, WSGI without
+REMOTE_ADDR), Redis refused and hung, the binding limit's headers, keys that
+would collide, several identities in one rule, errors at start-up, the
+local denial cache."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import flask
+import http_sf
+import httpx
+import pytest
+import redis
+import redis.asyncio
+from redis.cluster import RedisCluster
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+from redis_ratelimit import (
+    Decision,
+    FixedWindow,
+    InvalidArgumentError,
+    ModuleNotLoadedError,
+    Policy,
+    RateLimiter,
+    SlidingCounter,
+    TokenBucket,
+)
+from redis_ratelimit.web import By, RateLimitMiddleware, RateLimitWSGIMiddleware, Rule, api_key
+from redis_ratelimit.web.flask import rate_limit
+
+from .servers import Cluster, Server, free_port, wait_for
+
+HERE = Path(__file__).resolve().parent
+
+
+def flask_app(**options: Any) -> flask.Flask:
+    app = flask.Flask(__name__)
+
+    @app.route("/hello")
+    def hello() -> str:
+        return "hello"
+
+    return app
+
+
+def wsgi(
+    app: flask.Flask, r: redis.Redis | RedisCluster, **options: Any
+) -> flask.testing.FlaskClient:
+    app.wsgi_app = RateLimitWSGIMiddleware(app.wsgi_app, redis=r, **options)  # type: ignore[method-assign]
+    return app.test_client()
+
+
+async def hello(request: Request) -> PlainTextResponse:
+    return PlainTextResponse("hello")
+
+
+def asgi(client: Any, **options: Any) -> Starlette:
+    return Starlette(
+        routes=[Route("/hello", hello)],
+        middleware=[Middleware(RateLimitMiddleware, redis=client, **options)],
+    )
+
+
+def parses(headers: Any) -> None:
+    """Every rate-limit field parses as the structured field it is."""
+    for name in ("RateLimit", "RateLimit-Policy"):
+        if name in headers:
+            http_sf.parse(headers[name].encode(), tltype="list")
+    for name in ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After"):
+        if name in headers:
+            item: Any = http_sf.parse(headers[name].encode(), tltype="item")
+            assert isinstance(item[0], int)
+
+
+# 1. No silent bypass ---------------------------------------------------------
+
+
+@pytest.fixture
+def uvicorn_on_a_unix_socket(server: Server) -> Iterator[str]:
+    socket_dir = tempfile.mkdtemp(prefix="rl-uds-")
+    path = f"{socket_dir}/uv.sock"
+    env = {**os.environ, "RL_TEST_REDIS_PORT": str(server.port), "PYTHONPATH": str(HERE.parent)}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "tests.uds_app:app",
+            "--uds",
+            path,
+            "--log-level",
+            "warning",
+        ],
+        cwd=HERE.parent,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for("uvicorn's socket", 20, lambda: os.path.exists(path))
+        yield path
+    finally:
+        process.terminate()
+        out, _ = process.communicate(timeout=10)
+        # The one warning the rule gives, once, for all the requests.
+        assert out.decode().count("has no identity") == 1, out.decode()
+
+
+def test_under_uvicorn_on_a_unix_socket_requests_without_an_address_are_still_limited(
+    uvicorn_on_a_unix_socket: str, r: redis.Redis
+) -> None:
+    transport = httpx.HTTPTransport(uds=uvicorn_on_a_unix_socket)
+    with httpx.Client(transport=transport, base_url="http://uv") as http:
+        codes = [http.get("/hello").status_code for _ in range(12)]
+    assert codes == [200] * 10 + [429] * 2
+    assert r.keys() == [b"rl:{missing}:fixedwindow"]
+
+
+def test_under_wsgi_without_remote_addr_requests_share_one_identity_warned_once(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    http = wsgi(flask_app(), r, limits=FixedWindow(3, "1h"))
+    with caplog.at_level(logging.WARNING, "redis_ratelimit"):
+        codes = [
+            http.get("/hello", environ_overrides={"REMOTE_ADDR": ""}).status_code for _ in range(5)
+        ]
+    assert codes == [200, 200, 200, 429, 429]
+    assert sum("has no identity" in m for m in caplog.messages) == 1
+    refusing = wsgi(
+        flask_app(), r, limits=FixedWindow(3, "1h"), on_missing_identity="refuse", scope="strict"
+    )
+    assert refusing.get("/hello", environ_overrides={"REMOTE_ADDR": ""}).status_code == 403
+    exempting = wsgi(
+        flask_app(), r, limits=FixedWindow(3, "1h"), on_missing_identity="exempt", scope="open"
+    )
+    assert all(
+        exempting.get("/hello", environ_overrides={"REMOTE_ADDR": ""}).status_code == 200
+        for _ in range(5)
+    )
+
+
+# 2. Outages cost microseconds ----------------------------------------------
+
+
+def percentiles(times: list[float]) -> tuple[float, float]:
+    ordered = sorted(times)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+@pytest.fixture
+def hung() -> Iterator[Server]:
+    """A Redis that accepts connections and never answers (SIGSTOP)."""
+    s = Server()
+    os.kill(s.process.pid, signal.SIGSTOP)
+    try:
+        yield s
+    finally:
+        os.kill(s.process.pid, signal.SIGCONT)
+        s.stop()
+
+
+def report(what: str, first: float, times: list[float]) -> None:
+    p50, p99 = percentiles(times)
+    ms = [f"{x * 1000:.3f}" for x in (first, p50, p99)]
+    print(f"\n{what}: first {ms[0]} ms, then p50 {ms[1]} ms, p99 {ms[2]} ms")
+
+
+@pytest.mark.parametrize("outage", ["refused", "hung"])
+def test_wsgi_with_redis_down_answers_in_microseconds_after_the_first_failure(
+    outage: str, request: pytest.FixtureRequest
+) -> None:
+    port = free_port() if outage == "refused" else request.getfixturevalue("hung").port
+    # redis-py's defaults (retries with backoff, no socket timeout): the
+    # middleware's own budget applies whatever they are.
+    http = wsgi(flask_app(), redis.Redis(port=port), limits=TokenBucket(10, 1))
+    times = []
+    for _ in range(101):
+        start = time.perf_counter()
+        assert http.get("/hello").status_code == 200  # fail open
+        times.append(time.perf_counter() - start)
+    report(f"WSGI, Redis {outage}", times[0], times[1:])
+    assert times[0] < 1.0
+    p50, p99 = percentiles(times[1:])
+    assert p50 < 0.01 and p99 < 0.1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("outage", ["refused", "hung"])
+async def test_asgi_with_redis_down_answers_in_microseconds_after_the_first_failure(
+    outage: str, request: pytest.FixtureRequest
+) -> None:
+    port = free_port() if outage == "refused" else request.getfixturevalue("hung").port
+    app = asgi(redis.asyncio.Redis(port=port), limits=TokenBucket(10, 1), fail_open=False)
+    transport = httpx.ASGITransport(app=app, client=("10.0.0.7", 50000))
+    times = []
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        for _ in range(101):
+            start = time.perf_counter()
+            assert (await http.get("/hello")).status_code == 503  # fail closed
+            times.append(time.perf_counter() - start)
+    report(f"ASGI, Redis {outage}", times[0], times[1:])
+    assert times[0] < 1.0
+    p50, p99 = percentiles(times[1:])
+    assert p50 < 0.01 and p99 < 0.1
+
+
+def test_after_an_outage_the_first_request_past_the_cool_down_finds_redis_again() -> None:
+    s = Server()
+    try:
+        client = redis.Redis(port=s.port)
+        http = wsgi(flask_app(), client, limits=TokenBucket(10, 1), cooldown=0.5)
+        assert "X-RateLimit-Limit" in http.get("/hello").headers
+        os.kill(s.process.pid, signal.SIGSTOP)
+        assert "X-RateLimit-Limit" not in http.get("/hello").headers  # timed out: open
+        os.kill(s.process.pid, signal.SIGCONT)
+        back = time.perf_counter()
+        while "X-RateLimit-Limit" not in http.get("/hello").headers:
+            time.sleep(0.01)
+            assert time.perf_counter() - back < 5
+        recovered = time.perf_counter() - back
+        print(f"\nrecovered {recovered * 1000:.0f} ms after Redis came back (cool-down 500 ms)")
+        assert recovered < 2
+    finally:
+        s.stop()
+
+
+# 3, 4, 9. Headers tell the binding truth -------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_legacy_headers_and_retry_after_come_from_the_limit_that_denied(
+    ar: redis.asyncio.Redis,
+) -> None:
+    app = asgi(ar, limits=[TokenBucket(10, 1), SlidingCounter(100, 60, name="per-minute")])
+    transport = httpx.ASGITransport(app=app, client=("10.0.0.7", 50000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        responses = [await http.get("/hello") for _ in range(11)]
+    last_allowed, denied = responses[9], responses[10]
+    assert denied.status_code == 429
+    h = denied.headers
+    assert (h["x-ratelimit-limit"], h["x-ratelimit-remaining"]) == ("10", "0")
+    assert h["x-ratelimit-reset"] == "10"  # the bucket's, not the minute's
+    assert h["retry-after"] == "1"
+    # t: the same for the same stored state, allowed or denied.
+    assert last_allowed.headers["ratelimit"].split(",")[0] == h["ratelimit"].split(",")[0]
+    for response in responses:
+        parses(response.headers)
+
+
+def test_every_integer_is_clamped_to_15_digits_so_every_field_parses() -> None:
+    huge = 10**18
+    policy = Policy("big", huge, None)
+    d = Decision(False, huge, huge, timedelta(days=10**8), timedelta(days=10**8), policy=policy)
+    headers = d.headers()
+    parses(headers)
+    assert headers["X-RateLimit-Limit"] == "999999999999999"
+    assert "q=999999999999999" in headers["RateLimit-Policy"]
+
+
+# 5. Keys never collide -----------------------------------------------------
+
+
+def make_blueprint(name: str, r: redis.Redis, view_name: str) -> flask.Blueprint:
+    bp = flask.Blueprint(name, __name__, url_prefix=f"/{name}")
+
+    def view() -> str:
+        return name
+
+    view.__qualname__ = f"{name}.{view_name}"  # as if defined in a module of its own
+    bp.route("/list")(rate_limit(r, FixedWindow(2, "1h"))(view))
+    return bp
+
+
+def test_two_blueprints_index_views_count_apart(r: redis.Redis) -> None:
+    app = flask.Flask(__name__)
+    app.register_blueprint(make_blueprint("admin", r, "index"))
+    app.register_blueprint(make_blueprint("public", r, "index"))
+    http = app.test_client()
+    assert [http.get("/admin/list").status_code for _ in range(2)] == [200, 200]
+    assert http.get("/public/list").status_code == 200
+
+
+def test_two_rules_that_would_share_keys_are_refused_at_start_up(r: redis.Redis) -> None:
+    def view() -> str:
+        return "x"
+
+    with pytest.raises(ValueError, match="would share the Redis keys"):
+        rate_limit(r, FixedWindow(2, "1h"))(rate_limit(r, FixedWindow(3, "1h"))(view))
+    app = flask.Flask(__name__)
+    RateLimitWSGIMiddleware(app.wsgi_app, redis=r, limits=TokenBucket(5, 1))
+    with pytest.raises(ValueError, match="give one of them another scope="):
+        RateLimitWSGIMiddleware(app.wsgi_app, redis=r, limits=TokenBucket(9, 1))
+
+
+# 6. One rule, several identities -------------------------------------------
+
+
+def test_one_rule_checks_the_address_and_the_api_key_at_once_all_or_nothing(
+    r: redis.Redis,
+) -> None:
+    http = wsgi(
+        flask_app(),
+        r,
+        limits=[
+            TokenBucket(5, 0.001, name="ip"),
+            By(api_key(fallback=None), FixedWindow(3, "1h", name="key")),
+        ],
+    )
+    codes = [http.get("/hello", headers={"X-Api-Key": "k"}) for _ in range(4)]
+    assert [c.status_code for c in codes] == [200, 200, 200, 429]
+    denied = codes[3]
+    assert denied.headers.getlist("X-RateLimit-Limit") == ["3"]  # one set, the key's
+    # The key's denial took nothing from the address's bucket: 5 - 3 left 2.
+    assert (
+        RateLimiter(r).peek("rl:{ip:127.0.0.1}:ip", TokenBucket(5, 0.001, name="ip")).remaining == 2
+    )
+    parses(denied.headers)
+
+
+def test_on_a_cluster_each_identity_is_one_rl_all_in_order(cluster: Cluster) -> None:
+    rc = RedisCluster(host="127.0.0.1", port=cluster.port)
+    rc.flushall()
+    http = wsgi(
+        flask_app(),
+        rc,
+        limits=[
+            TokenBucket(5, 0.001, name="ip"),
+            By(
+                api_key(fallback=None),
+                FixedWindow(3, "1h", name="key"),
+                FixedWindow(9, "1d", name="day"),
+            ),
+        ],
+        timeout=1.0,
+    )
+    codes = [http.get("/hello", headers={"X-Api-Key": "k"}).status_code for _ in range(4)]
+    assert codes == [200, 200, 200, 429]
+    ip = RateLimiter(rc).peek("rl:{ip:127.0.0.1}:ip", TokenBucket(5, 0.001, name="ip"))
+    # The address's RL.ALL went first and was spent on the fourth request too:
+    # all or nothing holds within one identity, not across two slots.
+    assert ip.remaining == 1
+    day = RateLimiter(rc).peek(
+        "rl:{key:" + api_key()(_req("k")).removeprefix("key:") + "}:day",  # type: ignore[union-attr]
+        FixedWindow(9, "1d", name="day"),
+    )
+    assert day.remaining == 6  # the key's two limits: all or nothing
+    rc.close()
+
+
+def _req(value: str) -> Any:
+    from redis_ratelimit.web import Request as Req
+
+    return Req("GET", "/", {"x-api-key": value}, None, None, {})
+
+
+# 8, 10. Errors at start-up -------------------------------------------------
+
+STARTUP: list[tuple[str, Callable[[redis.Redis], object], type[Exception], str]] = [
+    ("words for the unit", lambda r: Rule(FixedWindow(5, "1 minute")), ValueError, "no space"),
+    (
+        "a cost of 0",
+        lambda r: Rule(TokenBucket(5, 1), cost=0),
+        ValueError,
+        "cost must be at least 1",
+    ),
+    (
+        "duplicate names",
+        lambda r: Rule([TokenBucket(5, 1), TokenBucket(9, 1)]),
+        ValueError,
+        "must differ",
+    ),
+    (
+        "a misspelled keyword",
+        lambda r: RateLimitWSGIMiddleware(
+            flask_app().wsgi_app, redis=r, limits=TokenBucket(5, 1), fail_opne=False
+        ),  # type: ignore[call-arg]
+        TypeError,
+        "fail_opne",
+    ),
+    (
+        "shadow='no'",
+        lambda r: Rule(TokenBucket(5, 1), shadow="no"),  # type: ignore[arg-type]
+        TypeError,
+        "shadow must be True or False",
+    ),
+    (
+        "a sync client in the ASGI middleware",
+        lambda r: RateLimitMiddleware(asgi(r), redis=r, limits=TokenBucket(5, 1)),  # type: ignore[arg-type]
+        TypeError,
+        "redis.asyncio.Redis(...)",
+    ),
+    (
+        "a bad rate string",
+        lambda r: Rule("10 per fortnight"),
+        ValueError,
+        "rate '10 per fortnight'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "build", "error", "text"), STARTUP, ids=[s[0] for s in STARTUP])
+def test_a_wrong_rule_fails_when_built(
+    r: redis.Redis,
+    case: str,
+    build: Callable[[redis.Redis], object],
+    error: type[Exception],
+    text: str,
+) -> None:
+    with pytest.raises(error) as raised:
+        build(r)
+    assert text in str(raised.value)
+
+
+def test_an_async_client_in_wsgi_is_a_type_error_naming_the_fix(server: Server) -> None:
+    with pytest.raises(TypeError, match=r"give it redis.Redis\(...\)"):
+        RateLimitWSGIMiddleware(
+            flask_app().wsgi_app,
+            redis=redis.asyncio.Redis(port=server.port),  # type: ignore[arg-type]
+            limits=TokenBucket(5, 1),
+        )
+
+
+@pytest.mark.anyio
+async def test_validate_asks_the_server_about_each_limit_at_boot(
+    r: redis.Redis, ar: redis.asyncio.Redis
+) -> None:
+    good = Rule([TokenBucket(5, 1), SlidingCounter(10, 60, precision=10)])
+    good.validate(r)
+    await good.validate(ar)
+    assert r.dbsize() == 0  # peeks write nothing
+    bad = Rule(SlidingCounter(10, 60, precision=1001))
+    with pytest.raises(InvalidArgumentError, match="PRECISION"):
+        bad.validate(r)
+    with pytest.raises(InvalidArgumentError, match="PRECISION"):
+        await bad.validate(ar)
+    bare = Server(module=False)
+    try:
+        with pytest.raises(ModuleNotLoadedError):
+            good.validate(redis.Redis(port=bare.port))
+    finally:
+        bare.stop()
+
+
+# The local denial cache ----------------------------------------------------
+
+
+def rl_calls(r: redis.Redis) -> int:
+    stats = r.info("commandstats")
+    return sum(int(v["calls"]) for k, v in stats.items() if k.startswith("cmdstat_rl."))
+
+
+def test_a_denied_key_is_answered_locally_until_its_retry_time(r: redis.Redis) -> None:
+    r.config_resetstat()
+    http = wsgi(flask_app(), r, limits=FixedWindow(5, "1s"))
+    seconds, sent, codes = 2.0, 0, []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        response = http.get("/hello")
+        codes.append(response.status_code)
+        sent += 1
+        if response.status_code == 429:
+            parses(response.headers)
+            assert int(response.headers["Retry-After"]) == 1
+    calls = rl_calls(r)
+    print(f"\n{sent} requests in {seconds:g} s, {codes.count(200)} allowed, {calls} RL calls")
+    # At most the limit per window and one call per retry period (plus a
+    # window boundary's worth of slack), however many were sent.
+    assert sent > 100
+    assert calls <= 5 * 3 + 3 + 2
+    assert codes.count(200) <= 5 * 3
