@@ -310,11 +310,12 @@ async def test_a_shadow_denial_is_logged_at_info_without_a_hook(
 async def test_a_penalty_keeps_answering_429_after_the_limit_refills(
     ar_clean: redis.asyncio.Redis,
 ) -> None:
-    app = app_with(ar_clean, Counter(), limits=TokenBucket(1, 100), penalty="1m")
+    # A token every 200 ms: room for a loaded machine between the first two.
+    app = app_with(ar_clean, Counter(), limits=TokenBucket(1, 5), penalty="1m")
     async with client_for(app) as http:
         assert (await http.get("/hello")).status_code == 200
         denied = await http.get("/hello")
-        await asyncio.sleep(0.05)  # the bucket is full again
+        await asyncio.sleep(0.3)  # the bucket is full again
         still = await http.get("/hello")
     assert denied.status_code == 429 and denied.headers["retry-after"] == "60"
     assert still.status_code == 429

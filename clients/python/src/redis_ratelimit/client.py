@@ -63,7 +63,15 @@ class RateLimiter:
 
     def _socket_timeout(self) -> float | None:
         """The connections' ``socket_timeout`` in seconds (None: none)."""
-        timeout = self.redis.get_connection_kwargs().get("socket_timeout")
+        kwargs = self.redis.get_connection_kwargs()
+        if isinstance(self.redis, RedisCluster) and "socket_timeout" not in kwargs:
+            # The sync cluster client's kwargs hold only what was given: the
+            # nodes' connections have redis-py's default, which is the one
+            # a block must outlast.
+            node = self.redis.get_default_node()  # type: ignore[no-untyped-call]
+            if node is not None and node.redis_connection is not None:
+                kwargs = node.redis_connection.connection_pool.connection_kwargs
+        timeout = kwargs.get("socket_timeout")
         return None if timeout is None else float(timeout)
 
     def check(self, key: Key, limit: Limit, **options: Unpack[CheckOptions]) -> Decision:

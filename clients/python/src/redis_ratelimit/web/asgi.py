@@ -52,9 +52,11 @@ def asgi_request(scope: Mapping[str, Any]) -> Request:
     )
 
 
-async def decide_async(rule: Rule, request: Request, guard: AsyncGuard, cluster: bool) -> Verdict:
+async def decide_async(
+    rule: Rule, request: Request, guard: AsyncGuard, cluster: bool, scope: str | None = None
+) -> Verdict:
     """`core.decide`, awaiting Redis."""
-    pending = rule.start(request, cluster=cluster)
+    pending = rule.start(request, cluster=cluster, scope=scope)
     if isinstance(pending, Verdict):
         return pending
     decisions = []

@@ -417,14 +417,18 @@ class Rule:
             return SHARED_IDENTITY
         return identity
 
-    def start(self, request: Request, *, cluster: bool = False) -> Pending | Verdict:
+    def start(
+        self, request: Request, *, cluster: bool = False, scope: str | None = None
+    ) -> Pending | Verdict:
         """What to ask Redis about `request`, or the verdict when Redis
         need not be asked: exempt, refused, or denied by the local cache.
-        Then `finish` with the decisions."""
+        Then `finish` with the decisions. `scope`: this request's, when the
+        rule has none of its own (a FastAPI dependency's route)."""
         if self.exempt is not None and self.exempt(request):
             return PASS
         keyed: list[tuple[str, str, Limit]] = []  # (identity, key, limit)
-        scope = f"{self.scope}:" if self.scope else ""
+        scope = self.scope or scope
+        scope = f"{scope}:" if scope else ""
         for tier in self.tiers:
             identity = self._identity(tier, request)
             if isinstance(identity, Verdict):
