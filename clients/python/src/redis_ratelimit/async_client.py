@@ -2,8 +2,8 @@
 or ``redis.asyncio.cluster.RedisCluster``.
 
 Each method builds its command and reads the reply with `commands`; this
-class only sends it, so the sync and asyncio clients cannot drift apart in
-what they send or how they read it.
+class only sends it and awaits the reply. Generated from ``client.py`` by
+``tools/unasync.py``: change that file, then run the tool.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ class AsyncRateLimiter:
 
     def _socket_timeout(self) -> float | None:
         """The connections' ``socket_timeout`` in seconds (None: none)."""
-        timeout = self.redis.get_connection_kwargs().get("socket_timeout")
+        kwargs = self.redis.get_connection_kwargs()
+        timeout = kwargs.get("socket_timeout")
         return None if timeout is None else float(timeout)
 
     async def check(self, key: Key, limit: Limit, **options: Unpack[CheckOptions]) -> Decision:

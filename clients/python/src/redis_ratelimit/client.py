@@ -2,8 +2,9 @@
 ``redis.cluster.RedisCluster``.
 
 Each method builds its command and reads the reply with `commands`; this
-class only sends it, so the sync and asyncio clients cannot drift apart in
-what they send or how they read it.
+class only sends it. The asyncio client, `async_client`, is generated from
+this file (``python tools/unasync.py``; a test checks it is up to date), so
+a method written here once is in both.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class RateLimiter:
     def _socket_timeout(self) -> float | None:
         """The connections' ``socket_timeout`` in seconds (None: none)."""
         kwargs = self.redis.get_connection_kwargs()
+        # sync only: begin
         if isinstance(self.redis, RedisCluster) and "socket_timeout" not in kwargs:
             # The sync cluster client's kwargs hold only what was given: the
             # nodes' connections have redis-py's default, which is the one
@@ -71,6 +73,7 @@ class RateLimiter:
             node = self.redis.get_default_node()  # type: ignore[no-untyped-call]
             if node is not None and node.redis_connection is not None:
                 kwargs = node.redis_connection.connection_pool.connection_kwargs
+        # sync only: end
         timeout = kwargs.get("socket_timeout")
         return None if timeout is None else float(timeout)
 
