@@ -28,6 +28,7 @@ from redis_ratelimit import (
     Decision,
     FixedWindow,
     Policy,
+    RateLimiter,
     SlidingCounter,
     TokenBucket,
 )
@@ -332,3 +333,21 @@ def test_a_denied_key_is_answered_locally_until_its_retry_time(r: redis.Redis) -
     assert sent > 100
     assert calls <= 5 * 3 + 3 + 2
     assert codes.count(200) <= 5 * 3
+
+
+def test_the_plain_client_asks_redis_every_time_unless_told_to_cache_denials(
+    r: redis.Redis,
+) -> None:
+    limit = FixedWindow(2, "1h")
+    r.config_resetstat()
+    plain = RateLimiter(r)
+    assert [plain.check("a", limit).allowed for _ in range(10)] == [True] * 2 + [False] * 8
+    assert rl_calls(r) == 10
+    r.config_resetstat()
+    caching = RateLimiter(r, denial_cache=True)
+    decisions = [caching.check("b", limit) for _ in range(10)]
+    assert [d.allowed for d in decisions] == [True] * 2 + [False] * 8
+    assert rl_calls(r) == 3  # two allowed, one denied; the other seven answered locally
+    assert decisions[-1].retry_after is not None and decisions[-1].retry_after.total_seconds() > 0
+    # A peek is never answered from the cache: it asks what Redis holds.
+    assert caching.peek("b", limit).allowed is False and rl_calls(r) == 4

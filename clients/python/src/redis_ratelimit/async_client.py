@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 from typing_extensions import Unpack
 
 from . import commands
+from .cache import DenialCache
 from .commands import CheckOptions, Command, Key, Tiers
 from .decision import Decision, Lease
 from .errors import RateLimitExceeded, translate
@@ -41,14 +42,22 @@ class AsyncRateLimiter:
     give them a common hash tag (``{user:42}:s``, ``{user:42}:m``).
     """
 
-    def __init__(self, redis: Redis | RedisCluster) -> None:
+    def __init__(self, redis: Redis | RedisCluster, *, denial_cache: bool = False) -> None:
         require_async(redis, type(self).__name__, "RateLimiter")
         self.redis = redis
+        #: With ``denial_cache=True``, a check denied with a wait is denied
+        #: again locally, without a round trip, until that wait has passed
+        #: (the same command: key, limit, options); off by default.
+        self.denials = DenialCache() if denial_cache else None
 
     async def run(self, command: Command[T]) -> T:
         """Sends `command`; an error reply raises the matching exception
         of `redis_ratelimit.errors`."""
         commands.check_block(command, self._socket_timeout())
+        if self.denials is not None and command.cacheable:
+            cached = self.denials.get(command.words)
+            if cached is not None:
+                return cast(T, cached)
         route = (
             {"target_nodes": self.redis.get_primaries()}
             if command.every_primary and isinstance(self.redis, RedisCluster)
@@ -58,7 +67,11 @@ class AsyncRateLimiter:
             reply = await self.redis.execute_command(*command.words, **route)
         except ResponseError as error:
             raise translate(error, command.name) from error
-        return command.parse(reply)
+        result = command.parse(reply)
+        denied = isinstance(result, Decision) and not result.allowed
+        if self.denials is not None and command.cacheable and denied:
+            self.denials.put(command.words, cast(Decision, result))
+        return result
 
     def _socket_timeout(self) -> float | None:
         """The connections' ``socket_timeout`` in seconds (None: none)."""
