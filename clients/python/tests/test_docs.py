@@ -53,12 +53,12 @@ async def test_the_readmes_fastapi_example_limits_as_it_says(
     )
     denied = responses[-1]
     assert (denied.headers["retry-after"], denied.headers["x-ratelimit-remaining"]) == ("1", "0")
-    # t is each limit's time until fresh, the same as on the allowed reply
-    # before; Retry-After and X-RateLimit-* speak for the bucket, which denied.
+    # t is each limit's time until more quota: a token in 1 s. Retry-After
+    # and X-RateLimit-* speak for the bucket, which denied.
     assert re.fullmatch(
-        r'"tokenbucket";r=0;t=10, "per-minute";r=90;t=\d+', denied.headers["ratelimit"]
+        r'"tokenbucket";r=0;t=1, "per-minute";r=90;t=\d+', denied.headers["ratelimit"]
     )
-    assert denied.headers["x-ratelimit-reset"] == "10"
+    assert denied.headers["x-ratelimit-reset"] == "1"
     assert denied.headers["content-type"] == "application/problem+json"
     assert denied.json()["detail"] == "Too many requests: retry in 1 s."
     assert other.status_code == 200
@@ -74,8 +74,8 @@ def test_the_http_examples_flask_service_answers_as_its_walkthrough_shows(
     assert [h.headers["X-RateLimit-Remaining"] for h in hello] == ["2", "1", "0", "0"]
     assert [h.headers["RateLimit"] for h in hello[:3]] == [
         '"hello";r=2;t=1',
-        '"hello";r=1;t=2',
-        '"hello";r=0;t=3',
+        '"hello";r=1;t=1',
+        '"hello";r=0;t=1',
     ]
     denied = hello[3]
     assert denied.status == "429 Too Many Requests"
@@ -84,9 +84,9 @@ def test_the_http_examples_flask_service_answers_as_its_walkthrough_shows(
         "Content-Length": str(len(denied.data)),
         "X-RateLimit-Limit": "3",
         "X-RateLimit-Remaining": "0",
-        "X-RateLimit-Reset": "3",
+        "X-RateLimit-Reset": "1",
         "RateLimit-Policy": '"hello";q=3;w=3',
-        "RateLimit": '"hello";r=0;t=3',
+        "RateLimit": '"hello";r=0;t=1',
         "Retry-After": "1",
     }
     assert denied.json["type"] == QUOTA_EXCEEDED

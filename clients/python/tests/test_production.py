@@ -25,11 +25,15 @@ import redis
 import redis.asyncio
 
 from redis_ratelimit import (
+    GCRA,
     Decision,
     FixedWindow,
+    LeakyBucket,
+    Limit,
     Policy,
     RateLimiter,
     SlidingCounter,
+    SlidingLog,
     TokenBucket,
 )
 from redis_ratelimit.web import RateLimitMiddleware, RateLimitWSGIMiddleware, Rule
@@ -201,7 +205,7 @@ async def test_the_legacy_headers_and_retry_after_come_from_the_limit_that_denie
     assert denied.status_code == 429
     h = denied.headers
     assert (h["x-ratelimit-limit"], h["x-ratelimit-remaining"]) == ("10", "0")
-    assert h["x-ratelimit-reset"] == "10"  # the bucket's, not the minute's
+    assert h["x-ratelimit-reset"] == "1"  # the bucket's next token, not the minute's end
     assert h["retry-after"] == "1"
     # t: the same for the same stored state, allowed or denied.
     assert last_allowed.headers["ratelimit"].split(",")[0] == h["ratelimit"].split(",")[0]
@@ -351,3 +355,29 @@ def test_the_plain_client_asks_redis_every_time_unless_told_to_cache_denials(
     assert decisions[-1].retry_after is not None and decisions[-1].retry_after.total_seconds() > 0
     # A peek is never answered from the cache: it asks what Redis holds.
     assert caching.peek("b", limit).allowed is False and rl_calls(r) == 4
+
+
+SAME_STATE = [
+    TokenBucket(3, 0.3),
+    LeakyBucket(3, 0.3),
+    GCRA(2, 3, 10),
+    FixedWindow(3, 10),
+    SlidingLog(3, 10),
+    SlidingCounter(3, 10),
+]
+
+
+@pytest.mark.parametrize("limit", SAME_STATE, ids=[type(x).__name__ for x in SAME_STATE])
+def test_t_is_the_same_for_the_same_stored_state_allowed_or_denied(
+    limiter: RateLimiter, limit: Limit
+) -> None:
+    last_allowed = [limiter.check("k", limit) for _ in range(3)][-1]
+    denied = limiter.check("k", limit)
+    assert last_allowed.allowed and not denied.allowed
+    assert last_allowed.remaining == denied.remaining == 0
+    # The same state, a few milliseconds apart: the same time to more quota.
+    gap = last_allowed.more_quota_in() - denied.more_quota_in()
+    assert timedelta(0) <= gap < timedelta(milliseconds=100), gap
+    if limit.refill_ms() is not None:  # a steady refill: the next unit, when a retry passes
+        assert denied.retry_after is not None
+        assert abs(denied.more_quota_in() - denied.retry_after) < timedelta(milliseconds=2)

@@ -40,6 +40,10 @@ class Policy:
     window: timedelta | None = None
     #: The draft's quota unit (``qu``); None means its default, requests.
     unit: str | None = None
+    #: How long one unit of quota takes to come back, for a limit that
+    #: refills at a steady rate (the buckets, GCRA); None for the others.
+    #: Not part of the field: it is how ``t`` is worked out.
+    refill: timedelta | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or any(not " " <= c <= "~" for c in self.name):
@@ -96,6 +100,24 @@ class Decision:
         ``shadow``, whose allowed answers wait for nothing."""
         return self.allowed and self.retry_after != timedelta(0)
 
+    def more_quota_in(self) -> timedelta:
+        """How long until more quota is available (the draft's ``t``, and
+        ``X-RateLimit-Reset``): from the stored state alone, so a reply that
+        allowed and one that denied say the same about one state.
+
+        For a limit that refills at a steady rate (the buckets, GCRA: one
+        unit every ``policy.refill``), the time until the next unit: the
+        time until full, less the units still missing after it. For the
+        windows, the time until the key is fresh (``reset_after``): the end
+        of the fixed window; for the sliding log and counter, whose quota
+        comes back as entries leave the window, an upper bound (the reply
+        does not say when the oldest leaves)."""
+        refill = self.policy.refill if self.policy is not None else None
+        if refill is None or self.remaining >= self.limit:
+            return self.reset_after
+        missing_after_next = self.limit - self.remaining - 1
+        return max(timedelta(0), self.reset_after - refill * missing_after_next)
+
     @property
     def binding(self) -> Decision:
         """The one limit the headers speak for: the tier that denied (the
@@ -113,8 +135,9 @@ class Decision:
         """The response header fields for this decision.
 
         ``legacy``: ``X-RateLimit-Limit``, ``X-RateLimit-Remaining``,
-        ``X-RateLimit-Reset`` (seconds until fresh, rounded up: a delay, not
-        a Unix time), all three of one limit, `binding`. ``ietf``:
+        ``X-RateLimit-Reset`` (seconds until more quota, `more_quota_in`,
+        rounded up: a delay, not a Unix time), all three of one limit,
+        `binding`. ``ietf``:
         ``RateLimit-Policy`` and ``RateLimit`` (one item per tier).
         ``Retry-After`` (seconds, rounded up) comes with either set when the
         request is denied, and never when it can never pass: a client would
@@ -126,7 +149,7 @@ class Decision:
             binding = self.binding
             headers["X-RateLimit-Limit"] = str(sf_int(binding.limit))
             headers["X-RateLimit-Remaining"] = str(sf_int(binding.remaining))
-            headers["X-RateLimit-Reset"] = str(sf_int(ceil_seconds(binding.reset_after)))
+            headers["X-RateLimit-Reset"] = str(sf_int(ceil_seconds(binding.more_quota_in())))
         if ietf:
             headers.update(self._ietf_fields())
         if retry is not None:
@@ -148,11 +171,10 @@ class Decision:
         policies = _renamed_apart([policy for _, policy in tiers])
         limits = []
         for (decision, _), policy in zip(tiers, policies, strict=True):
-            # t is the time until the key is back to its fresh state (the
-            # reply's reset_after), whether this reply allowed or denied:
-            # it depends on the stored state alone, so two replies about the
-            # same state agree. When to retry is Retry-After's to say.
-            t = sf_int(ceil_seconds(decision.reset_after))
+            # t: "the number of seconds until additional quota is made
+            # available" (draft-11), from the stored state alone, so two
+            # replies about one state agree, allowed or denied.
+            t = sf_int(ceil_seconds(decision.more_quota_in()))
             r = sf_int(decision.remaining)
             limits.append(f"{_sf_string(policy.name)};r={r};t={t}")
         return {

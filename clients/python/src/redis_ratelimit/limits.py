@@ -77,12 +77,20 @@ class Limit(ABC):
         """The span the quota is for: the window, or for the buckets and GCRA
         the time an empty key takes to fill up again (quota / rate)."""
 
+    def refill_ms(self) -> float | None:
+        """How long one unit of quota takes to come back, for the limits
+        that refill at a steady rate (the buckets, GCRA); None for the
+        windows, whose quota comes back as the window moves."""
+        return None
+
     def policy(self) -> Policy:
         window = self.window_ms()
+        refill = self.refill_ms()
         return Policy(
             name=self.name if self.name is not None else self.word.lower(),
             quota=self.quota,
             window=None if window is None else timedelta(milliseconds=window),
+            refill=None if refill is None else timedelta(milliseconds=refill),
         )
 
 
@@ -113,6 +121,9 @@ class _Bucket(Limit):
 
     def window_ms(self) -> float | None:
         return _refill_ms(self.capacity, self.rate)
+
+    def refill_ms(self) -> float | None:
+        return _refill_ms(1, self.rate)
 
 
 @dataclass(frozen=True)
@@ -222,6 +233,10 @@ class GCRA(Limit):
         if period is None or self.count <= 0:
             return None
         return period / self.count * self.quota
+
+    def refill_ms(self) -> float | None:
+        period = duration_ms(self.period)
+        return None if period is None or self.count <= 0 else period / self.count
 
 
 #: Every algorithm, the one list the client keeps of them: the per-algorithm
