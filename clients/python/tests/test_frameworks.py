@@ -16,7 +16,7 @@ from django.conf import settings
 from fastapi import Depends, FastAPI
 
 from redis_ratelimit import FixedWindow, TokenBucket
-from redis_ratelimit.web import exempt_paths
+from redis_ratelimit.web import RateLimitMiddleware, exempt_paths
 from redis_ratelimit.web.core import QUOTA_EXCEEDED
 from redis_ratelimit.web.fastapi import RateLimit, RateLimitDenied, denied_handler
 
@@ -117,3 +117,22 @@ def test_the_django_decorator_limits_one_view(django_urls: redis.Redis, server: 
     assert [client.get("/limited").status_code for _ in range(3)] == [200, 200, 429]
     assert client.get("/hello").status_code == 200
     assert django_urls.keys() == [b"rl:{ip:127.0.0.1}:tests.test_frameworks.view:fixedwindow"]
+
+
+def test_starlettes_test_client_works_without_with(server: Server) -> None:
+    # Without `with`, TestClient runs each request in a new event loop: the
+    # middleware's connections follow (issue 21, item 11).
+    from fastapi.testclient import TestClient
+
+    app = FastAPI()
+    client = redis.asyncio.Redis(port=server.port)
+    app.add_middleware(RateLimitMiddleware, redis=client, limits=TokenBucket(2, 0.01))
+
+    @app.get("/hello")
+    async def hello() -> dict[str, str]:
+        return {"hello": "world"}
+
+    http = TestClient(app)
+    responses = [http.get("/hello") for _ in range(3)]
+    assert [r.status_code for r in responses] == [200, 200, 429]
+    assert responses[1].headers["x-ratelimit-remaining"] == "0"

@@ -140,18 +140,31 @@ class AsyncGuard:
     ) -> None:
         self.timeout = timeout
         self.breaker = Breaker(cooldown)
+        self.client = client
+        self.limiter = self._twin()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _twin(self) -> AsyncRateLimiter:
+        client = self.client
         if isinstance(client, AsyncRedisCluster):
-            self.limiter = AsyncRateLimiter(client)
-        else:
-            pool = client.connection_pool
-            twin = redis.asyncio.ConnectionPool(
-                connection_class=pool.connection_class,
-                retry=AsyncRetry(NoBackoff(), 0),
-                **_twin_kwargs(pool, timeout),
-            )
-            self.limiter = AsyncRateLimiter(redis.asyncio.Redis(connection_pool=twin))
+            return AsyncRateLimiter(client)
+        pool = client.connection_pool
+        twin = redis.asyncio.ConnectionPool(
+            connection_class=pool.connection_class,
+            retry=AsyncRetry(NoBackoff(), 0),
+            **_twin_kwargs(pool, self.timeout),
+        )
+        return AsyncRateLimiter(redis.asyncio.Redis(connection_pool=twin))
 
     async def run(self, command: Command[T]) -> T:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            # asyncio connections belong to the loop that made them: a new
+            # loop (Starlette's TestClient without `with` makes one per
+            # request) gets a pool of its own.
+            if self._loop is not None:
+                self.limiter = self._twin()
+            self._loop = loop
         self.breaker.admit()
         try:
             # The budget bounds the whole call, retries and all.
