@@ -35,9 +35,18 @@ from redis_ratelimit import (
     SlidingCounter,
     SlidingLog,
     TokenBucket,
+    WrongTypeError,
 )
-from redis_ratelimit.web import RateLimitMiddleware, RateLimitWSGIMiddleware, Rule
+from redis_ratelimit.commands import check
+from redis_ratelimit.web import (
+    RateLimitMiddleware,
+    RateLimitWSGIMiddleware,
+    Rule,
+    exempt_methods,
+    exempt_paths,
+)
 from redis_ratelimit.web.flask import rate_limit
+from redis_ratelimit.web.guard import SyncGuard
 
 from .apps import asgi, flask_app, parses, wsgi
 from .servers import Server, free_port, wait_for
@@ -381,3 +390,32 @@ def test_t_is_the_same_for_the_same_stored_state_allowed_or_denied(
     if limit.refill_ms() is not None:  # a steady refill: the next unit, when a retry passes
         assert denied.retry_after is not None
         assert abs(denied.more_quota_in() - denied.retry_after) < timedelta(milliseconds=2)
+
+
+def test_a_probe_that_meets_an_error_reply_closes_the_breaker(r: redis.Redis) -> None:
+    # Redis answered (WRONGTYPE): it is up, and the next request must ask it
+    # again rather than find the breaker stuck half-open.
+    guard = SyncGuard(redis.Redis(port=free_port()), timeout=0.1, cooldown=0.05)
+    with pytest.raises(redis.ConnectionError):
+        guard.run(check("k", TokenBucket(1, 1)))
+    assert not guard.breaker.closed
+    up = SyncGuard(r, timeout=0.5, cooldown=0.05)
+    up.breaker.failed()
+    time.sleep(0.06)
+    r.set("k", "a string")
+    with pytest.raises(WrongTypeError):
+        up.run(check("k", TokenBucket(1, 1)))
+    assert up.breaker.closed
+    assert up.run(check("other", TokenBucket(1, 1))).allowed
+
+
+def test_exempt_helpers(r: redis.Redis) -> None:
+    http = wsgi(
+        flask_app(),
+        r,
+        limits=FixedWindow(1, "1h"),
+        exempt=lambda req: exempt_methods("OPTIONS")(req) or exempt_paths("/hel")(req),
+    )
+    assert [http.get("/hello").status_code for _ in range(3)] == [200, 200, 200]
+    assert [http.options("/hello").status_code for _ in range(2)] == [200, 200]
+    assert r.keys() == []

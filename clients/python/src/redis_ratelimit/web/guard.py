@@ -87,6 +87,12 @@ class Breaker:
             self._open_until = time.monotonic() + self.cooldown
             self._probing = False
 
+    def abandoned(self) -> None:
+        """The call ended without a word from Redis either way (cancelled):
+        another request may probe."""
+        with self._lock:
+            self._probing = False
+
 
 def _twin_kwargs(pool: Any, timeout: float) -> dict[str, Any]:
     kwargs = {
@@ -124,6 +130,12 @@ class SyncGuard:
             reply = self.limiter.run(command)
         except (RedisConnectionError, RedisTimeoutError):
             self.breaker.failed()
+            raise
+        except Exception:
+            self.breaker.succeeded()  # an error reply: Redis answered
+            raise
+        except BaseException:
+            self.breaker.abandoned()
             raise
         self.breaker.succeeded()
         return reply
@@ -175,6 +187,12 @@ class AsyncGuard:
         except asyncio.TimeoutError as error:
             self.breaker.failed()
             raise RedisTimeoutError(f"no answer from Redis within {self.timeout:g} s") from error
+        except Exception:
+            self.breaker.succeeded()  # an error reply: Redis answered
+            raise
+        except BaseException:
+            self.breaker.abandoned()  # cancelled
+            raise
         self.breaker.succeeded()
         return reply
 
