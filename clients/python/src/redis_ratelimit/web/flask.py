@@ -29,11 +29,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 def view_scope(view: Callable[..., Any]) -> str:
     """A view's default scope: its module and qualified name, through any
     decorators (``functools.wraps``' ``__wrapped__``)."""
-    inner = inspect_unwrap(view)
+    inner = _unwrap(view)
     return f"{inner.__module__}.{inner.__qualname__}"
 
 
-def inspect_unwrap(view: Callable[..., Any]) -> Callable[..., Any]:
+def _unwrap(view: Callable[..., Any]) -> Callable[..., Any]:
     while hasattr(view, "__wrapped__"):
         view = view.__wrapped__
     return view
