@@ -1,14 +1,25 @@
-"""Writes ``async_client.py`` from ``client.py``: the asyncio client is the
-sync one with ``async def`` methods that ``await`` what they call, over
-redis-py's asyncio classes. Run ``python tools/unasync.py`` after changing
-``client.py``; ``tests/test_generated.py`` fails until it is run.
+"""Writes the clients' generated code, then formats it with ruff:
 
-Lines between ``# sync only: begin`` and ``# sync only: end`` are left out.
+- in ``client.py``, between ``# algorithms: begin`` and ``# algorithms: end``,
+  one method per class of ``limits.ALGORITHMS`` (``token_bucket(key,
+  capacity, rate, **options)`` from ``TokenBucket``'s fields and docstring),
+  so a new algorithm is its class and its line in ``ALGORITHMS``;
+- ``async_client.py``, from ``client.py``: the asyncio client is the sync
+  one with ``async def`` methods that ``await`` what they call, over
+  redis-py's asyncio classes; lines between ``# sync only: begin`` and
+  ``# sync only: end`` are left out.
+
+Run ``python tools/unasync.py`` (from ``clients/python``, with the package
+importable) after changing either; ``tests/test_generated.py`` fails until
+it is run.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,8 +35,9 @@ REPLACE = [
     ),
     (
         "class only sends it. The asyncio client, `async_client`, is generated from\n"
-        "this file (``python tools/unasync.py``; a test checks it is up to date), so\n"
-        "a method written here once is in both.",
+        "this file, and the methods per algorithm in this file from `limits`\n"
+        "(``python tools/unasync.py``; a test checks both are up to date), so a\n"
+        "method written here once is in both, and an algorithm is its class.",
         "class only sends it and awaits the reply. Generated from ``client.py`` by\n"
         "``tools/unasync.py``: change that file, then run the tool.",
     ),
@@ -71,11 +83,67 @@ def unasync(text: str) -> str:
     return text
 
 
+ALGORITHMS_BLOCK = re.compile(
+    r"(    # algorithms: begin\n(?:    #[^\n]*\n)*)(.*?)(    # algorithms: end\n)", re.S
+)
+
+
+def method_name(cls: type) -> str:
+    """``TokenBucket`` -> ``token_bucket``, ``GCRA`` -> ``gcra``."""
+    return re.sub(r"(?<!^)(?=[A-Z][a-z])", "_", cls.__name__).lower()
+
+
+def algorithm_method(cls: type) -> str:
+    """The sync client's method for one algorithm's class."""
+    params = [f for f in dataclasses.fields(cls) if f.init and not f.kw_only]
+    signature = ["self", "key: Key"]
+    for f in params:
+        default = "" if f.default is dataclasses.MISSING else f" = {f.default!r}"
+        signature.append(f"{f.name}: {f.type}{default}")
+    signature.append("**options: Unpack[CheckOptions]")
+    doc = inspect.cleandoc(cls.__doc__ or "").replace("\n", "\n        ")
+    args = ", ".join(f.name for f in params)
+    return (
+        f"    def {method_name(cls)}({', '.join(signature)}) -> Decision:\n"
+        f'        """{doc}"""\n'
+        f"        return self.check(key, limits.{cls.__name__}({args}), **options)\n\n"
+    )
+
+
+def with_algorithms(client: str) -> str:
+    """``client.py`` with its methods per algorithm made anew."""
+    from redis_ratelimit.limits import ALGORITHMS
+
+    methods = "".join(algorithm_method(cls) for cls in ALGORITHMS)
+    made, count = ALGORITHMS_BLOCK.subn(lambda m: m.group(1) + methods + m.group(3), client)
+    if count != 1:
+        raise SystemExit("tools/unasync.py: client.py lost its '# algorithms:' markers")
+    return made
+
+
+def ruff_format(text: str, name: str) -> str:
+    ruff = Path(sys.executable).parent / "ruff"
+    return subprocess.run(
+        [str(ruff), "format", "--stdin-filename", name, "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=PACKAGE.parents[1],
+    ).stdout
+
+
+def generated() -> tuple[str, str]:
+    """What ``client.py`` and ``async_client.py`` should hold."""
+    client = ruff_format(with_algorithms((PACKAGE / "client.py").read_text()), "client.py")
+    return client, ruff_format(unasync(client), "async_client.py")
+
+
 def main() -> None:
-    source = (PACKAGE / "client.py").read_text()
-    target = PACKAGE / "async_client.py"
-    target.write_text(unasync(source))
-    print(f"wrote {target}", file=sys.stderr)
+    client, async_client = generated()
+    (PACKAGE / "client.py").write_text(client)
+    (PACKAGE / "async_client.py").write_text(async_client)
+    print(f"wrote {PACKAGE / 'client.py'} and {PACKAGE / 'async_client.py'}", file=sys.stderr)
 
 
 if __name__ == "__main__":

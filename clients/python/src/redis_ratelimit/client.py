@@ -3,8 +3,9 @@
 
 Each method builds its command and reads the reply with `commands`; this
 class only sends it. The asyncio client, `async_client`, is generated from
-this file (``python tools/unasync.py``; a test checks it is up to date), so
-a method written here once is in both.
+this file, and the methods per algorithm in this file from `limits`
+(``python tools/unasync.py``; a test checks both are up to date), so a
+method written here once is in both, and an algorithm is its class.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 from typing_extensions import Unpack
 
-from . import commands
+from . import commands, limits
 from .cache import DenialCache
 from .commands import CheckOptions, Command, Key, Tiers
 from .decision import Decision, Lease
 from .errors import RateLimitExceeded, translate
 from .info import KeyInfo
 from .kinds import require_sync
-from .limits import GCRA, FixedWindow, LeakyBucket, Limit, SlidingCounter, SlidingLog, TokenBucket
+from .limits import Limit
 from .top import TopEntry
 from .units import Duration, Rate
 
@@ -99,11 +100,15 @@ class RateLimiter:
         changing nothing (a read-only command: replicas answer it)."""
         return self.run(commands.peek(key, limit, cost))
 
+    # algorithms: begin
+    # One method per algorithm of limits.ALGORITHMS, made by tools/unasync.py
+    # from each class (its parameters, its docstring): do not edit here.
     def token_bucket(
         self, key: Key, capacity: int, rate: Rate, **options: Unpack[CheckOptions]
     ) -> Decision:
-        """``RL.TOKENBUCKET``: bursts up to `capacity`, refilling `rate` a second."""
-        return self.check(key, TokenBucket(capacity, rate), **options)
+        """``RL.TOKENBUCKET``: starts full with ``capacity`` tokens, refills
+        ``rate`` tokens a second; bursts up to ``capacity``."""
+        return self.check(key, limits.TokenBucket(capacity, rate), **options)
 
     def sliding_counter(
         self,
@@ -113,33 +118,41 @@ class RateLimiter:
         precision: int | None = None,
         **options: Unpack[CheckOptions],
     ) -> Decision:
-        """``RL.SLIDINGCOUNTER``: about `limit` in any `window`."""
-        return self.check(key, SlidingCounter(limit, window, precision), **options)
+        """``RL.SLIDINGCOUNTER``: about ``limit`` requests in any ``window``,
+        estimated from ``precision`` counters (the server's default, 1, when
+        None)."""
+        return self.check(key, limits.SlidingCounter(limit, window, precision), **options)
 
     def fixed_window(
         self, key: Key, limit: int, window: Duration, **options: Unpack[CheckOptions]
     ) -> Decision:
-        """``RL.FIXEDWINDOW``: `limit` per epoch-aligned `window`."""
-        return self.check(key, FixedWindow(limit, window), **options)
+        """``RL.FIXEDWINDOW``: ``limit`` requests per ``window``, windows
+        aligned to the Unix epoch."""
+        return self.check(key, limits.FixedWindow(limit, window), **options)
 
     def sliding_log(
         self, key: Key, limit: int, window: Duration, **options: Unpack[CheckOptions]
     ) -> Decision:
-        """``RL.SLIDINGLOG``: exactly at most `limit` in any `window`."""
-        return self.check(key, SlidingLog(limit, window), **options)
+        """``RL.SLIDINGLOG``: exactly at most ``limit`` requests in any
+        ``window``."""
+        return self.check(key, limits.SlidingLog(limit, window), **options)
 
     def leaky_bucket(
         self, key: Key, capacity: int, rate: Rate, **options: Unpack[CheckOptions]
     ) -> Decision:
-        """``RL.LEAKYBUCKET``: a queue of `capacity` leaving at `rate` a
-        second; wait ``decision.delay`` before acting."""
-        return self.check(key, LeakyBucket(capacity, rate), **options)
+        """``RL.LEAKYBUCKET``: a queue of ``capacity`` leaving at ``rate`` a
+        second; an allowed decision says how long to wait (``delay``)."""
+        return self.check(key, limits.LeakyBucket(capacity, rate), **options)
 
     def gcra(
         self, key: Key, burst: int, count: int, period: Duration, **options: Unpack[CheckOptions]
     ) -> Decision:
-        """``RL.GCRA``: `count` per `period`, bursts of `burst` beyond."""
-        return self.check(key, GCRA(burst, count, period), **options)
+        """``RL.GCRA``: ``count`` per ``period``, with bursts of ``burst``
+        beyond the steady rate (the limit is ``burst + 1``, redis-cell's
+        meaning)."""
+        return self.check(key, limits.GCRA(burst, count, period), **options)
+
+    # algorithms: end
 
     def cl_throttle(
         self, key: Key, max_burst: int, count: int, period: int, quantity: int = 1
