@@ -5,6 +5,10 @@ wrong kind of client."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from typing import Any
+
 import pytest
 import redis
 import redis.asyncio
@@ -20,8 +24,8 @@ from redis_ratelimit import (
 )
 from redis_ratelimit.web import By, RateLimitWSGIMiddleware, Request, Rule, api_key
 
-from .apps import flask_app, parses, wsgi
-from .servers import Cluster, Server
+from .apps import asgi, flask_app, parses, wsgi
+from .servers import Cluster, Server, free_port
 
 
 def test_a_rule_may_refuse_or_exempt_requests_without_an_identity(r: redis.Redis) -> None:
@@ -136,3 +140,49 @@ def test_rate_strings_are_limits_like_any_other(r: redis.Redis) -> None:
     )
     with pytest.raises(ValueError, match="rate '10 per fortnight'"):
         Rule("10 per fortnight")
+
+
+async def lifespan_startup(app: Any) -> list[dict[str, Any]]:
+    """Runs an ASGI lifespan startup as a server does; the messages sent
+    until startup completed (or the app's exception)."""
+    incoming: list[dict[str, Any]] = [{"type": "lifespan.startup"}]
+    sent: list[dict[str, Any]] = []
+    started = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        if incoming:
+            return incoming.pop()
+        await asyncio.sleep(3600)  # the server never shuts down in this test
+        raise AssertionError
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        started.set()
+
+    task = asyncio.ensure_future(
+        app({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)
+    )
+    waiting = asyncio.ensure_future(started.wait())
+    await asyncio.wait([task, waiting], return_when=asyncio.FIRST_COMPLETED)
+    waiting.cancel()
+    if task.done():
+        task.result()  # raises the app's exception
+    answered = list(sent)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return answered
+
+
+@pytest.mark.anyio
+async def test_the_asgi_middleware_asks_the_server_about_its_rule_at_startup(
+    ar: redis.asyncio.Redis,
+) -> None:
+    good = asgi(ar, limits=SlidingCounter(10, 60, precision=10))
+    assert [m["type"] for m in await lifespan_startup(good)] == ["lifespan.startup.complete"]
+    bad = asgi(ar, limits=SlidingCounter(10, 60, precision=1001), scope="bad")
+    with pytest.raises(InvalidArgumentError, match="PRECISION"):
+        await lifespan_startup(bad)
+    # Redis down at startup: logged, and the app starts (fail open stays possible).
+    down = asgi(redis.asyncio.Redis(port=free_port()), limits=TokenBucket(5, 1))
+    assert [m["type"] for m in await lifespan_startup(down)] == ["lifespan.startup.complete"]

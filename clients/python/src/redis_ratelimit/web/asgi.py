@@ -6,6 +6,7 @@ FastAPI, ``app.add_middleware(RateLimitMiddleware, redis=..., limits=...)``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
@@ -25,6 +26,7 @@ from .core import (
     build_rule,
     claim_keys,
     join_headers,
+    logger,
 )
 from .guard import AsyncGuard, async_guard
 
@@ -85,10 +87,17 @@ class RateLimitMiddleware:
         redis: Redis | RedisCluster,
         limits: Limits | None = None,
         rule: Rule | None = None,
+        validate: bool = True,
         **options: Unpack[RuleOptions],
     ) -> None:
         require_async(redis, "RateLimitMiddleware", "RateLimitWSGIMiddleware")
         self.app = app
+        self.redis = redis
+        #: Ask the server about the rule (`Rule.validate`) at the lifespan
+        #: startup: a limit it refuses fails the start (uvicorn
+        #: ``--lifespan on`` then exits); Redis unreachable is only logged.
+        self.validate = validate
+        self._validated = False
         self.rule = build_rule(limits, rule, options)
         self.guard = async_guard(redis, self.rule.timeout, self.rule.cooldown)
         self.cluster = isinstance(redis, RedisCluster)
@@ -96,6 +105,9 @@ class RateLimitMiddleware:
             claim_keys(redis, self.rule, f"RateLimitMiddleware at {id(self):#x}")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan" and self.validate:
+            await self.app(scope, self._validating(receive), send)
+            return
         if scope["type"] != "http":  # websocket, lifespan
             await self.app(scope, receive, send)
             return
@@ -118,6 +130,24 @@ class RateLimitMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+    def _validating(self, receive: Receive) -> Receive:
+        async def receive_checked() -> Message:
+            message = await receive()
+            if message.get("type") == "lifespan.startup" and not self._validated:
+                self._validated = True
+                try:
+                    # Through the guard's client: short timeouts, no retries.
+                    await asyncio.wait_for(self.rule.validate(self.guard.limiter.redis), 2)
+                except (*UNREACHABLE, asyncio.TimeoutError) as error:
+                    logger.warning(
+                        "rate limit %s: not validated at startup, Redis cannot be asked (%s)",
+                        self.rule.names,
+                        error,
+                    )
+            return message
+
+        return receive_checked
 
     async def decide(self, request: Request) -> Verdict:
         """The verdict on `request`."""
