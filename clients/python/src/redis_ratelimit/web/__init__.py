@@ -1,6 +1,8 @@
 """Rate limiting for web apps: the ASGI middleware, the WSGI middleware,
-the Flask decorator (`redis_ratelimit.web.flask`, which needs Flask), and
-what they share: the key functions and the `Rule`."""
+the FastAPI dependency (`redis_ratelimit.web.fastapi`), the Flask decorator
+(`redis_ratelimit.web.flask`), the Django middleware and decorator
+(`redis_ratelimit.web.django`), each of those three needing its framework,
+and what they share: the key functions, `By`, and the `Rule`."""
 
 from .asgi import RateLimitMiddleware
 from .core import (

@@ -2,9 +2,10 @@
 key functions, and the rule that turns a request into a command and a
 decision into a response.
 
-The ASGI middleware, the WSGI middleware and the Flask decorator differ
-only in how they read a request, send a command and write a response;
-everything they decide is decided here, once.
+The ASGI and WSGI middlewares, the FastAPI dependency, the Flask and
+Django decorators and the Django middleware differ only in how they read a
+request, send a command (through `guard`: a breaker and a short budget) and
+write a response; everything they decide is decided here, once.
 """
 
 from __future__ import annotations
