@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -88,6 +89,7 @@ def uvicorn_on_a_unix_socket(server: Server) -> Iterator[str]:
     finally:
         process.terminate()
         out, _ = process.communicate(timeout=10)
+        shutil.rmtree(socket_dir, ignore_errors=True)
         # The one warning the rule gives, once, for all the requests.
         assert out.decode().count("has no identity") == 1, out.decode()
 
