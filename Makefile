@@ -6,7 +6,7 @@ MODULE_DEBUG := target/debug/libredis_ratelimit.so
 
 VALKEY_DIR := target/valkey
 
-.PHONY: run test test-python test-valkey soak deps build build-debug lint accuracy bench bench-quick bench-core bench-profile fuzz
+.PHONY: run test test-python test-node test-valkey soak deps build build-debug lint accuracy bench bench-quick bench-core bench-profile fuzz
 
 deps:
 	@scripts/ensure-deps.sh
@@ -26,10 +26,11 @@ run: build
 
 # Unit tests, then the integration tests, which start their own servers
 # loading the debug build of the module (RL_MODULE overrides the path), then
-# the Python client's.
+# the Python client's, then the Node client's.
 test: build-debug
 	cargo test --all-targets
 	@$(MAKE) --no-print-directory test-python
+	@$(MAKE) --no-print-directory test-node
 
 # The Python client (clients/python): its lints and format (ruff), its types
 # (mypy --strict), then its tests (pytest), which start their own servers
@@ -49,6 +50,23 @@ test-python: build-debug $(PYENV)/installed
 	cd $(PYCLIENT) && ../../$(PYENV)/bin/ruff check . && ../../$(PYENV)/bin/ruff format --check .
 	cd $(PYCLIENT) && ../../$(PYENV)/bin/mypy
 	cd $(PYCLIENT) && ../../$(PYENV)/bin/python -m pytest -q
+
+# The Node client (clients/node): its dependencies installed inside the
+# package from the committed package-lock.json (npm ci, nothing global; again
+# when the lockfile changes), then its lints (ESLint with typescript-eslint),
+# its types (tsc, strict, the tests and the example included), then its
+# build (ESM + CJS + .d.ts in dist/) and its tests (node:test), which start
+# their own servers and a three-node cluster with the debug build.
+NODECLIENT := clients/node
+
+$(NODECLIENT)/node_modules/.installed: $(NODECLIENT)/package-lock.json
+	cd $(NODECLIENT) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+test-node: build-debug $(NODECLIENT)/node_modules/.installed
+	cd $(NODECLIENT) && npm run --silent lint
+	cd $(NODECLIENT) && npm run --silent typecheck
+	cd $(NODECLIENT) && npm test
 
 # The integration tests against valkey-server 8.1.8 instead of redis-server
 # (fetched once into $(VALKEY_DIR) by scripts/get-valkey.sh; its valkey-cli

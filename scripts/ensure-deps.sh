@@ -15,6 +15,8 @@
 #   does, move a program's clock? Package faketime.
 # - python3 -m venv (the Python client's tests, `make test-python`): does it
 #   make a virtual environment with a working pip? Package python3-venv.
+# - node and npm (the Node client's tests, `make test-node`): does node run
+#   and is it 18 or later? Packages nodejs; does npm run? Package npm.
 # Rust (stable, with cargo) must be installed beforehand: https://rustup.rs
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -65,6 +67,12 @@ has_python_venv() {
   return $ok
 }
 
+has_node() {
+  local major
+  major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null) || return 1
+  [ -n "$major" ] && [ "$major" -ge 18 ]
+}
+
 missing_packages() {
   local missing=()
   has_libclang || missing+=(libclang-dev)
@@ -72,6 +80,8 @@ missing_packages() {
   { runs redis-cli --version && runs redis-benchmark --version; } || missing+=(redis-tools)
   has_libfaketime || missing+=(faketime)
   has_python_venv || missing+=(python3-venv)
+  has_node || missing+=(nodejs)
+  runs npm --version || missing+=(npm)
   echo "${missing[@]:-}"
 }
 
@@ -97,7 +107,8 @@ if command -v apt-get >/dev/null 2>&1; then
 else
   say "missing: $packages (Debian/Ubuntu package names)"
   say "this is not a Debian-like system: install libclang (with clang's headers), redis-server and"
-  say "redis-cli/redis-benchmark 7.0 or later, libfaketime, and Python 3.10+ with venv and pip,"
+  say "redis-cli/redis-benchmark 7.0 or later, libfaketime, Python 3.10+ with venv and pip,"
+  say "and Node.js 18 or later with npm,"
   say "then run this again"
   exit 1
 fi

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 from redis.exceptions import NoPermissionError
 
 from redis_ratelimit import (
     GCRA,
+    AsyncRateLimiter,
     Decision,
     FixedWindow,
     InvalidArgumentError,
@@ -21,6 +24,7 @@ from redis_ratelimit import (
     RateLimiter,
     RateLimitExceeded,
     SlidingCounter,
+    SlidingLog,
     TokenBucket,
     WrongTypeError,
 )
@@ -214,24 +218,6 @@ def test_cl_throttle_reads_redis_cells_reply_into_a_decision(limiter: RateLimite
 
 
 ERRORS: list[tuple[str, Callable[[RateLimiter], object], type[Exception], str]] = [
-    (
-        "zero capacity",
-        lambda rl: rl.token_bucket("k", 0, 1),
-        InvalidArgumentError,
-        "RL.TOKENBUCKET: capacity must be an integer from 1",
-    ),
-    (
-        "a window the module cannot read",
-        lambda rl: rl.fixed_window("k", 1, "1 fortnight"),
-        InvalidArgumentError,
-        "RL.FIXEDWINDOW: window must be a duration",
-    ),
-    (
-        "a negative timedelta",
-        lambda rl: rl.sliding_log("k", 1, timedelta(seconds=-1)),
-        InvalidArgumentError,
-        "window must be a duration",
-    ),
     ("a cost of 0", lambda rl: rl.gcra("k", 1, 1, 1, cost=0), InvalidArgumentError, "COST"),
     (
         "a precision above 1000",
@@ -268,11 +254,50 @@ def test_an_error_reply_raises_a_named_exception_with_the_servers_words(
     assert isinstance(raised.value, redis.ResponseError)  # existing handlers still catch it
 
 
+BUILT: list[tuple[str, Callable[[], object], type[Exception], str]] = [
+    ("zero capacity", lambda: TokenBucket(0, 1), ValueError, "capacity must be at least 1"),
+    (
+        "a window the module cannot read",
+        lambda: FixedWindow(1, "1 fortnight"),
+        ValueError,
+        "window='1 fortnight' is not a duration",
+    ),
+    ("a space before the unit", lambda: FixedWindow(5, "60 s"), ValueError, "no space"),
+    ("words for the unit", lambda: FixedWindow(5, "1 minute"), ValueError, "no space"),
+    (
+        "a negative timedelta",
+        lambda: SlidingLog(1, timedelta(seconds=-1)),
+        ValueError,
+        "is not a duration above 0",
+    ),
+    ("a Decimal rate", lambda: TokenBucket(1, Decimal(1)), TypeError, "not Decimal"),  # type: ignore[arg-type]
+    ("a str capacity", lambda: TokenBucket("5", 1), TypeError, "must be an int"),  # type: ignore[arg-type]
+]
+
+
+@pytest.mark.parametrize(("case", "call", "error", "text"), BUILT, ids=[e[0] for e in BUILT])
+def test_a_limit_the_module_would_refuse_is_refused_when_built(
+    case: str, call: Callable[[], object], error: type[Exception], text: str
+) -> None:
+    with pytest.raises(error) as raised:
+        call()
+    assert text in str(raised.value)
+
+
+def test_a_client_of_the_wrong_kind_is_a_type_error_naming_the_fix(
+    r: redis.Redis, server: Server
+) -> None:
+    with pytest.raises(TypeError, match=r"give it redis.asyncio.Redis\(...\)"):
+        AsyncRateLimiter(r)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"give it redis.Redis\(...\)"):
+        RateLimiter(redis.asyncio.Redis(port=server.port))  # type: ignore[arg-type]
+
+
 def test_module_errors_are_also_the_builtin_kind_they_are(
     limiter: RateLimiter, r: redis.Redis
 ) -> None:
     with pytest.raises(ValueError):
-        limiter.token_bucket("k", -1, 1)
+        limiter.gcra("k", 1, 1, 1, cost=0)
     r.set("s", "x")
     with pytest.raises(TypeError):
         limiter.token_bucket("s", 1, 1)

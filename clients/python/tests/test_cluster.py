@@ -129,3 +129,14 @@ async def test_top_through_the_asyncio_cluster_client(arc: AsyncRedisCluster) ->
     assert not (await limiter.peek(KEYS[0], FixedWindow(1, "1h"))).allowed
     await limiter.top_reset()
     assert await limiter.top() == []
+
+
+def test_a_block_longer_than_the_sync_cluster_clients_default_timeout_is_refused(
+    rc: RedisCluster,
+) -> None:
+    # No socket_timeout given: the nodes' connections have redis-py's 5 s,
+    # which the cluster client's own kwargs do not show (issue 21, item 7).
+    limiter = RateLimiter(rc)
+    with pytest.raises(ValueError, match="socket_timeout is 5 s"):
+        limiter.check("user:1", TokenBucket(1, 0.1), block="8s")
+    assert rc.dbsize() == 0  # refused before it was sent

@@ -45,8 +45,13 @@ def test_the_middleware_limits_every_request_and_adds_the_headers(r: redis.Redis
     )
     assert first.headers["RateLimit"] == '"hello";r=1;t=2'
     assert third.status_code == 429 and third.headers["Retry-After"] == "2"
-    assert third.headers["Content-Type"] == "text/plain; charset=utf-8"
-    assert third.text == "Too many requests: retry in 2 s.\n"
+    assert third.headers["Content-Type"] == "application/problem+json"
+    assert third.json == {
+        "type": "https://iana.org/assignments/http-problem-types#quota-exceeded",
+        "title": "Request cannot be satisfied as assigned quota has been exceeded",
+        "status": 429,
+        "detail": "Too many requests: retry in 2 s.",
+    }
     assert calls == ["hello", "hello"]
     assert get(app, "/hello", ip="10.0.0.8").status_code == 200  # another client
     assert sorted(r.keys()) == [b"rl:{ip:10.0.0.7}:hello", b"rl:{ip:10.0.0.8}:hello"]
@@ -95,10 +100,11 @@ def test_the_decorator_limits_each_view_apart_unless_they_share_a_scope(r: redis
         200,
         429,
     ]
+    here = f"{__name__}.test_the_decorator_limits_each_view_apart_unless_they_share_a_scope"
     assert sorted(r.keys()) == [
-        b"rl:{ip:10.0.0.7}:a:fixedwindow",
-        b"rl:{ip:10.0.0.7}:b:fixedwindow",
         b"rl:{ip:10.0.0.7}:reports:fixedwindow",
+        f"rl:{{ip:10.0.0.7}}:{here}.<locals>.a:fixedwindow".encode(),
+        f"rl:{{ip:10.0.0.7}}:{here}.<locals>.b:fixedwindow".encode(),
     ]
 
 
@@ -195,7 +201,7 @@ def test_a_penalty_in_the_decorator(r: redis.Redis) -> None:
     app = flask.Flask(__name__)
 
     @app.route("/strict")
-    @rate_limit(r, FixedWindow(1, "1h"), penalty="1m")
+    @rate_limit(r, FixedWindow(1, "1h"), penalty="1m", scope="strict")
     def strict() -> str:
         return "strict"
 

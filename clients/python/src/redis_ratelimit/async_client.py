@@ -2,26 +2,28 @@
 or ``redis.asyncio.cluster.RedisCluster``.
 
 Each method builds its command and reads the reply with `commands`; this
-class only sends it, so the sync and asyncio clients cannot drift apart in
-what they send or how they read it.
+class only sends it and awaits the reply. Generated from ``client.py`` by
+``tools/unasync.py``: change that file, then run the tool.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 from typing_extensions import Unpack
 
-from . import commands
+from . import commands, limits
+from .cache import DenialCache
 from .commands import CheckOptions, Command, Key, Tiers
 from .decision import Decision, Lease
 from .errors import RateLimitExceeded, translate
 from .info import KeyInfo
-from .limits import GCRA, FixedWindow, LeakyBucket, Limit, SlidingCounter, SlidingLog, TokenBucket
+from .kinds import require_async
+from .limits import Limit
 from .top import TopEntry
 from .units import Duration, Rate
 
@@ -40,13 +42,22 @@ class AsyncRateLimiter:
     give them a common hash tag (``{user:42}:s``, ``{user:42}:m``).
     """
 
-    def __init__(self, redis: Redis | RedisCluster) -> None:
+    def __init__(self, redis: Redis | RedisCluster, *, denial_cache: bool = False) -> None:
+        require_async(redis, type(self).__name__, "RateLimiter")
         self.redis = redis
+        #: With ``denial_cache=True``, a check denied with a wait is denied
+        #: again locally, without a round trip, until that wait has passed
+        #: (the same command: key, limit, options); off by default.
+        self.denials = DenialCache() if denial_cache else None
 
     async def run(self, command: Command[T]) -> T:
         """Sends `command`; an error reply raises the matching exception
         of `redis_ratelimit.errors`."""
         commands.check_block(command, self._socket_timeout())
+        if self.denials is not None and command.cacheable:
+            cached = self.denials.get(command.words)
+            if cached is not None:
+                return cast(T, cached)
         route = (
             {"target_nodes": self.redis.get_primaries()}
             if command.every_primary and isinstance(self.redis, RedisCluster)
@@ -56,11 +67,16 @@ class AsyncRateLimiter:
             reply = await self.redis.execute_command(*command.words, **route)
         except ResponseError as error:
             raise translate(error, command.name) from error
-        return command.parse(reply)
+        result = command.parse(reply)
+        denied = isinstance(result, Decision) and not result.allowed
+        if self.denials is not None and command.cacheable and denied:
+            self.denials.put(command.words, cast(Decision, result))
+        return result
 
     def _socket_timeout(self) -> float | None:
         """The connections' ``socket_timeout`` in seconds (None: none)."""
-        timeout = self.redis.get_connection_kwargs().get("socket_timeout")
+        kwargs = self.redis.get_connection_kwargs()
+        timeout = kwargs.get("socket_timeout")
         return None if timeout is None else float(timeout)
 
     async def check(self, key: Key, limit: Limit, **options: Unpack[CheckOptions]) -> Decision:
@@ -72,11 +88,15 @@ class AsyncRateLimiter:
         changing nothing (a read-only command: replicas answer it)."""
         return await self.run(commands.peek(key, limit, cost))
 
+    # algorithms: begin
+    # One method per algorithm of limits.ALGORITHMS, made by tools/unasync.py
+    # from each class (its parameters, its docstring): do not edit here.
     async def token_bucket(
         self, key: Key, capacity: int, rate: Rate, **options: Unpack[CheckOptions]
     ) -> Decision:
-        """``RL.TOKENBUCKET``: bursts up to `capacity`, refilling `rate` a second."""
-        return await self.check(key, TokenBucket(capacity, rate), **options)
+        """``RL.TOKENBUCKET``: starts full with ``capacity`` tokens, refills
+        ``rate`` tokens a second; bursts up to ``capacity``."""
+        return await self.check(key, limits.TokenBucket(capacity, rate), **options)
 
     async def sliding_counter(
         self,
@@ -86,33 +106,41 @@ class AsyncRateLimiter:
         precision: int | None = None,
         **options: Unpack[CheckOptions],
     ) -> Decision:
-        """``RL.SLIDINGCOUNTER``: about `limit` in any `window`."""
-        return await self.check(key, SlidingCounter(limit, window, precision), **options)
+        """``RL.SLIDINGCOUNTER``: about ``limit`` requests in any ``window``,
+        estimated from ``precision`` counters (the server's default, 1, when
+        None)."""
+        return await self.check(key, limits.SlidingCounter(limit, window, precision), **options)
 
     async def fixed_window(
         self, key: Key, limit: int, window: Duration, **options: Unpack[CheckOptions]
     ) -> Decision:
-        """``RL.FIXEDWINDOW``: `limit` per epoch-aligned `window`."""
-        return await self.check(key, FixedWindow(limit, window), **options)
+        """``RL.FIXEDWINDOW``: ``limit`` requests per ``window``, windows
+        aligned to the Unix epoch."""
+        return await self.check(key, limits.FixedWindow(limit, window), **options)
 
     async def sliding_log(
         self, key: Key, limit: int, window: Duration, **options: Unpack[CheckOptions]
     ) -> Decision:
-        """``RL.SLIDINGLOG``: exactly at most `limit` in any `window`."""
-        return await self.check(key, SlidingLog(limit, window), **options)
+        """``RL.SLIDINGLOG``: exactly at most ``limit`` requests in any
+        ``window``."""
+        return await self.check(key, limits.SlidingLog(limit, window), **options)
 
     async def leaky_bucket(
         self, key: Key, capacity: int, rate: Rate, **options: Unpack[CheckOptions]
     ) -> Decision:
-        """``RL.LEAKYBUCKET``: a queue of `capacity` leaving at `rate` a
-        second; wait ``decision.delay`` before acting."""
-        return await self.check(key, LeakyBucket(capacity, rate), **options)
+        """``RL.LEAKYBUCKET``: a queue of ``capacity`` leaving at ``rate`` a
+        second; an allowed decision says how long to wait (``delay``)."""
+        return await self.check(key, limits.LeakyBucket(capacity, rate), **options)
 
     async def gcra(
         self, key: Key, burst: int, count: int, period: Duration, **options: Unpack[CheckOptions]
     ) -> Decision:
-        """``RL.GCRA``: `count` per `period`, bursts of `burst` beyond."""
-        return await self.check(key, GCRA(burst, count, period), **options)
+        """``RL.GCRA``: ``count`` per ``period``, with bursts of ``burst``
+        beyond the steady rate (the limit is ``burst + 1``, redis-cell's
+        meaning)."""
+        return await self.check(key, limits.GCRA(burst, count, period), **options)
+
+    # algorithms: end
 
     async def cl_throttle(
         self, key: Key, max_burst: int, count: int, period: int, quantity: int = 1

@@ -2,26 +2,30 @@
 ``redis.cluster.RedisCluster``.
 
 Each method builds its command and reads the reply with `commands`; this
-class only sends it, so the sync and asyncio clients cannot drift apart in
-what they send or how they read it.
+class only sends it. The asyncio client, `async_client`, is generated from
+this file, and the methods per algorithm in this file from `limits`
+(``python tools/unasync.py``; a test checks both are up to date), so a
+method written here once is in both, and an algorithm is its class.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 from typing_extensions import Unpack
 
-from . import commands
+from . import commands, limits
+from .cache import DenialCache
 from .commands import CheckOptions, Command, Key, Tiers
 from .decision import Decision, Lease
 from .errors import RateLimitExceeded, translate
 from .info import KeyInfo
-from .limits import GCRA, FixedWindow, LeakyBucket, Limit, SlidingCounter, SlidingLog, TokenBucket
+from .kinds import require_sync
+from .limits import Limit
 from .top import TopEntry
 from .units import Duration, Rate
 
@@ -40,13 +44,22 @@ class RateLimiter:
     give them a common hash tag (``{user:42}:s``, ``{user:42}:m``).
     """
 
-    def __init__(self, redis: Redis | RedisCluster) -> None:
+    def __init__(self, redis: Redis | RedisCluster, *, denial_cache: bool = False) -> None:
+        require_sync(redis, type(self).__name__, "AsyncRateLimiter")
         self.redis = redis
+        #: With ``denial_cache=True``, a check denied with a wait is denied
+        #: again locally, without a round trip, until that wait has passed
+        #: (the same command: key, limit, options); off by default.
+        self.denials = DenialCache() if denial_cache else None
 
     def run(self, command: Command[T]) -> T:
         """Sends `command`; an error reply raises the matching exception
         of `redis_ratelimit.errors`."""
         commands.check_block(command, self._socket_timeout())
+        if self.denials is not None and command.cacheable:
+            cached = self.denials.get(command.words)
+            if cached is not None:
+                return cast(T, cached)
         route = (
             {"target_nodes": self.redis.get_primaries()}  # type: ignore[no-untyped-call]
             if command.every_primary and isinstance(self.redis, RedisCluster)
@@ -57,11 +70,25 @@ class RateLimiter:
             reply = self.redis.execute_command(*command.words, **route)  # type: ignore[no-untyped-call]
         except ResponseError as error:
             raise translate(error, command.name) from error
-        return command.parse(reply)
+        result = command.parse(reply)
+        denied = isinstance(result, Decision) and not result.allowed
+        if self.denials is not None and command.cacheable and denied:
+            self.denials.put(command.words, cast(Decision, result))
+        return result
 
     def _socket_timeout(self) -> float | None:
         """The connections' ``socket_timeout`` in seconds (None: none)."""
-        timeout = self.redis.get_connection_kwargs().get("socket_timeout")
+        kwargs = self.redis.get_connection_kwargs()
+        # sync only: begin
+        if isinstance(self.redis, RedisCluster) and "socket_timeout" not in kwargs:
+            # The sync cluster client's kwargs hold only what was given: the
+            # nodes' connections have redis-py's default, which is the one
+            # a block must outlast.
+            node = self.redis.get_default_node()  # type: ignore[no-untyped-call]
+            if node is not None and node.redis_connection is not None:
+                kwargs = node.redis_connection.connection_pool.connection_kwargs
+        # sync only: end
+        timeout = kwargs.get("socket_timeout")
         return None if timeout is None else float(timeout)
 
     def check(self, key: Key, limit: Limit, **options: Unpack[CheckOptions]) -> Decision:
@@ -73,11 +100,15 @@ class RateLimiter:
         changing nothing (a read-only command: replicas answer it)."""
         return self.run(commands.peek(key, limit, cost))
 
+    # algorithms: begin
+    # One method per algorithm of limits.ALGORITHMS, made by tools/unasync.py
+    # from each class (its parameters, its docstring): do not edit here.
     def token_bucket(
         self, key: Key, capacity: int, rate: Rate, **options: Unpack[CheckOptions]
     ) -> Decision:
-        """``RL.TOKENBUCKET``: bursts up to `capacity`, refilling `rate` a second."""
-        return self.check(key, TokenBucket(capacity, rate), **options)
+        """``RL.TOKENBUCKET``: starts full with ``capacity`` tokens, refills
+        ``rate`` tokens a second; bursts up to ``capacity``."""
+        return self.check(key, limits.TokenBucket(capacity, rate), **options)
 
     def sliding_counter(
         self,
@@ -87,33 +118,41 @@ class RateLimiter:
         precision: int | None = None,
         **options: Unpack[CheckOptions],
     ) -> Decision:
-        """``RL.SLIDINGCOUNTER``: about `limit` in any `window`."""
-        return self.check(key, SlidingCounter(limit, window, precision), **options)
+        """``RL.SLIDINGCOUNTER``: about ``limit`` requests in any ``window``,
+        estimated from ``precision`` counters (the server's default, 1, when
+        None)."""
+        return self.check(key, limits.SlidingCounter(limit, window, precision), **options)
 
     def fixed_window(
         self, key: Key, limit: int, window: Duration, **options: Unpack[CheckOptions]
     ) -> Decision:
-        """``RL.FIXEDWINDOW``: `limit` per epoch-aligned `window`."""
-        return self.check(key, FixedWindow(limit, window), **options)
+        """``RL.FIXEDWINDOW``: ``limit`` requests per ``window``, windows
+        aligned to the Unix epoch."""
+        return self.check(key, limits.FixedWindow(limit, window), **options)
 
     def sliding_log(
         self, key: Key, limit: int, window: Duration, **options: Unpack[CheckOptions]
     ) -> Decision:
-        """``RL.SLIDINGLOG``: exactly at most `limit` in any `window`."""
-        return self.check(key, SlidingLog(limit, window), **options)
+        """``RL.SLIDINGLOG``: exactly at most ``limit`` requests in any
+        ``window``."""
+        return self.check(key, limits.SlidingLog(limit, window), **options)
 
     def leaky_bucket(
         self, key: Key, capacity: int, rate: Rate, **options: Unpack[CheckOptions]
     ) -> Decision:
-        """``RL.LEAKYBUCKET``: a queue of `capacity` leaving at `rate` a
-        second; wait ``decision.delay`` before acting."""
-        return self.check(key, LeakyBucket(capacity, rate), **options)
+        """``RL.LEAKYBUCKET``: a queue of ``capacity`` leaving at ``rate`` a
+        second; an allowed decision says how long to wait (``delay``)."""
+        return self.check(key, limits.LeakyBucket(capacity, rate), **options)
 
     def gcra(
         self, key: Key, burst: int, count: int, period: Duration, **options: Unpack[CheckOptions]
     ) -> Decision:
-        """``RL.GCRA``: `count` per `period`, bursts of `burst` beyond."""
-        return self.check(key, GCRA(burst, count, period), **options)
+        """``RL.GCRA``: ``count`` per ``period``, with bursts of ``burst``
+        beyond the steady rate (the limit is ``burst + 1``, redis-cell's
+        meaning)."""
+        return self.check(key, limits.GCRA(burst, count, period), **options)
+
+    # algorithms: end
 
     def cl_throttle(
         self, key: Key, max_burst: int, count: int, period: int, quantity: int = 1

@@ -95,6 +95,10 @@ class Command(Generic[T]):
     #: client sends it to every primary, and `parse` takes their replies
     #: by node name (a mapping) as well as one server's reply.
     every_primary: bool = False
+    #: A check whose denial the denial cache may answer again until its
+    #: retry time: not a peek (it takes nothing), a block (it waits) or a
+    #: shadow check (it never denies).
+    cacheable: bool = False
 
     @property
     def words(self) -> tuple[Arg, ...]:
@@ -124,6 +128,7 @@ def check(key: Key, limit: Limit, **options: Unpack[CheckOptions]) -> Command[De
         (key, *limit.params(), *option_words(**options)),
         lambda reply: decision_from(reply, policy),
         block_ms=_blocks(options.get("block")),
+        cacheable=_cacheable(options),
     )
 
 
@@ -159,7 +164,12 @@ def check_all(tiers: Tiers, **options: Unpack[CheckOptions]) -> Command[Decision
         (len(keys), *keys, *specs, *option_words(**options)),
         parse,
         block_ms=_blocks(options.get("block")),
+        cacheable=_cacheable(options),
     )
+
+
+def _cacheable(options: CheckOptions) -> bool:
+    return not (options.get("peek") or options.get("shadow") or options.get("block") is not None)
 
 
 def _blocks(block: Duration | None) -> int | None:

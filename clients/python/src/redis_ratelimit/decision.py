@@ -15,6 +15,16 @@ from .units import ceil_seconds
 #: Header fields by name, ready for any framework's response.
 Headers = dict[str, str]
 
+#: The largest integer a structured field carries (RFC 8941 section 3.3.1:
+#: at most 15 digits). Every integer of every header is clamped to it, so
+#: a quota of 10^15 or a wait of 30 million years still parses.
+SF_MAX_INTEGER = 999_999_999_999_999
+
+
+def sf_int(value: int) -> int:
+    """`value` within what a structured-field integer can carry."""
+    return max(-SF_MAX_INTEGER, min(SF_MAX_INTEGER, value))
+
 
 @dataclass(frozen=True)
 class Policy:
@@ -30,6 +40,10 @@ class Policy:
     window: timedelta | None = None
     #: The draft's quota unit (``qu``); None means its default, requests.
     unit: str | None = None
+    #: How long one unit of quota takes to come back, for a limit that
+    #: refills at a steady rate (the buckets, GCRA); None for the others.
+    #: Not part of the field: it is how ``t`` is worked out.
+    refill: timedelta | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name or any(not " " <= c <= "~" for c in self.name):
@@ -40,12 +54,12 @@ class Policy:
 
     def item(self) -> str:
         """This policy as an item of the ``RateLimit-Policy`` list."""
-        text = f"{_sf_string(self.name)};q={self.quota}"
+        text = f"{_sf_string(self.name)};q={sf_int(self.quota)}"
         if self.unit is not None:
             text += f";qu={_sf_string(self.unit)}"
         if self.window is not None:
             # The draft wants whole seconds, at least 1.
-            text += f";w={max(1, ceil_seconds(self.window))}"
+            text += f";w={sf_int(max(1, ceil_seconds(self.window)))}"
         return text
 
 
@@ -86,54 +100,108 @@ class Decision:
         ``shadow``, whose allowed answers wait for nothing."""
         return self.allowed and self.retry_after != timedelta(0)
 
+    def more_quota_in(self) -> timedelta:
+        """How long until more quota is available (the draft's ``t``, and
+        ``X-RateLimit-Reset``): from the stored state alone, so a reply that
+        allowed and one that denied say the same about one state.
+
+        For a limit that refills at a steady rate (the buckets, GCRA: one
+        unit every ``policy.refill``), the time until the next unit: the
+        time until full, less the units still missing after it. For the
+        windows, the time until the key is fresh (``reset_after``): the end
+        of the fixed window; for the sliding log and counter, whose quota
+        comes back as entries leave the window, an upper bound (the reply
+        does not say when the oldest leaves)."""
+        refill = self.policy.refill if self.policy is not None else None
+        if refill is None or self.remaining >= self.limit:
+            return self.reset_after
+        missing_after_next = self.limit - self.remaining - 1
+        return max(timedelta(0), self.reset_after - refill * missing_after_next)
+
+    @property
+    def binding(self) -> Decision:
+        """The one limit the headers speak for: the tier that denied (the
+        longest wait among several, one that can never pass first), else
+        the tier with the least remaining (ties: the soonest reset); the
+        decision itself when it has no tiers."""
+        if not self.tiers:
+            return self
+        denied = [d for d in self.tiers if not d.allowed]
+        if denied:
+            return max(denied, key=_wait_order)
+        return min(self.tiers, key=lambda d: (d.remaining, d.reset_after))
+
     def headers(self, *, legacy: bool = True, ietf: bool = True) -> Headers:
         """The response header fields for this decision.
 
         ``legacy``: ``X-RateLimit-Limit``, ``X-RateLimit-Remaining``,
-        ``X-RateLimit-Reset`` (seconds until fresh, rounded up: a delay, not
-        a Unix time). ``ietf``: ``RateLimit-Policy`` and ``RateLimit`` (one
-        item per tier). ``Retry-After`` (seconds, rounded up) comes with
-        either set when the request is denied, and never when it can never
-        pass: a client would wait and be refused again.
+        ``X-RateLimit-Reset`` (seconds until more quota, `more_quota_in`,
+        rounded up: a delay, not a Unix time), all three of one limit,
+        `binding`. ``ietf``:
+        ``RateLimit-Policy`` and ``RateLimit`` (one item per tier).
+        ``Retry-After`` (seconds, rounded up) comes with either set when the
+        request is denied, and never when it can never pass: a client would
+        wait and be refused again. Every integer is clamped to 15 digits.
         """
         headers: Headers = {}
         retry = self.retry_after_header()
         if legacy:
-            headers["X-RateLimit-Limit"] = str(self.limit)
-            headers["X-RateLimit-Remaining"] = str(self.remaining)
-            headers["X-RateLimit-Reset"] = str(ceil_seconds(self.reset_after))
+            binding = self.binding
+            headers["X-RateLimit-Limit"] = str(sf_int(binding.limit))
+            headers["X-RateLimit-Remaining"] = str(sf_int(binding.remaining))
+            headers["X-RateLimit-Reset"] = str(sf_int(ceil_seconds(binding.more_quota_in())))
         if ietf:
-            headers.update(self._ietf_fields(retry))
+            headers.update(self._ietf_fields())
         if retry is not None:
             headers["Retry-After"] = str(retry)
         return headers
 
     def retry_after_header(self) -> int | None:
-        """``Retry-After`` in seconds, or None when it is not to be sent."""
-        if self.allowed or self.retry_after is None:
+        """``Retry-After`` in seconds (the binding limit's wait), or None
+        when it is not to be sent."""
+        binding = self.binding
+        if self.allowed or binding.retry_after is None or self.retry_after is None:
             return None
-        return max(1, ceil_seconds(self.retry_after))
+        return sf_int(max(1, ceil_seconds(binding.retry_after)))
 
-    def _ietf_fields(self, retry: int | None) -> Headers:
+    def _ietf_fields(self) -> Headers:
         tiers = [(d, p) for d in (self.tiers or (self,)) if (p := d.policy) is not None]
         if not tiers:
             return {}
         policies = _renamed_apart([policy for _, policy in tiers])
         limits = []
         for (decision, _), policy in zip(tiers, policies, strict=True):
-            # t, the effective window, is the time until the tier is fresh
-            # again; with a Retry-After it is capped there, because the
-            # draft (section 6) wants Retry-After no earlier than the end of
-            # any effective window, and "no more than r within t" stays
-            # true for a shorter t.
-            t = ceil_seconds(decision.reset_after)
-            if retry is not None:
-                t = min(t, retry)
-            limits.append(f"{_sf_string(policy.name)};r={decision.remaining};t={t}")
+            # t: "the number of seconds until additional quota is made
+            # available" (draft-11), from the stored state alone, so two
+            # replies about one state agree, allowed or denied.
+            t = sf_int(ceil_seconds(decision.more_quota_in()))
+            r = sf_int(decision.remaining)
+            limits.append(f"{_sf_string(policy.name)};r={r};t={t}")
         return {
             "RateLimit-Policy": ", ".join(policy.item() for policy in policies),
             "RateLimit": ", ".join(limits),
         }
+
+    def aged(self, elapsed: timedelta) -> Decision:
+        """This denial as it stands `elapsed` later, the stored state
+        unchanged: every wait shorter by that much (never below zero). The
+        local denial cache answers with it."""
+
+        def less(value: timedelta) -> timedelta:
+            return max(timedelta(0), value - elapsed)
+
+        return replace(
+            self,
+            retry_after=None if self.retry_after is None else less(self.retry_after),
+            reset_after=less(self.reset_after),
+            tiers=tuple(t.aged(elapsed) for t in self.tiers),
+        )
+
+
+def _wait_order(decision: Decision) -> tuple[bool, timedelta]:
+    """Orders waits: one that can never pass (None) above any other."""
+    retry = decision.retry_after
+    return (retry is None, retry if retry is not None else timedelta(0))
 
 
 def _renamed_apart(policies: list[Policy]) -> list[Policy]:

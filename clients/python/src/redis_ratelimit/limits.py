@@ -9,13 +9,23 @@ as a tier of ``RL.ALL``, or by the web middleware.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import ClassVar
 
 from .decision import Policy
-from .units import Duration, Rate, decimal_arg, duration_arg, duration_ms
+from .units import (
+    Duration,
+    Rate,
+    check_count,
+    check_duration,
+    check_rate,
+    decimal_arg,
+    duration_arg,
+    duration_ms,
+)
 
 #: One argument of a command, as redis-py sends it.
 Arg = str | int | bytes
@@ -36,7 +46,18 @@ class Limit(ABC):
     name: str | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
+        # Every parameter is checked when the limit is made (at import, for
+        # a web app's rules), not on the first request: wrong types by name,
+        # and values the module would refuse. The module stays the judge of
+        # the rest (`Rule.validate` asks it).
+        self.validate()
         self.policy()  # a name the HTTP fields cannot carry fails here, not per request
+
+    def validate(self) -> None:
+        """Raises TypeError or ValueError for a parameter the module would
+        refuse or misread."""
+        if self.name is not None and not isinstance(self.name, str):
+            raise TypeError(f"name must be a str, not {type(self.name).__name__}")
 
     @property
     def command(self) -> str:
@@ -56,12 +77,20 @@ class Limit(ABC):
         """The span the quota is for: the window, or for the buckets and GCRA
         the time an empty key takes to fill up again (quota / rate)."""
 
+    def refill_ms(self) -> float | None:
+        """How long one unit of quota takes to come back, for the limits
+        that refill at a steady rate (the buckets, GCRA); None for the
+        windows, whose quota comes back as the window moves."""
+        return None
+
     def policy(self) -> Policy:
         window = self.window_ms()
+        refill = self.refill_ms()
         return Policy(
             name=self.name if self.name is not None else self.word.lower(),
             quota=self.quota,
             window=None if window is None else timedelta(milliseconds=window),
+            refill=None if refill is None else timedelta(milliseconds=refill),
         )
 
 
@@ -78,6 +107,11 @@ class _Bucket(Limit):
     capacity: int
     rate: Rate
 
+    def validate(self) -> None:
+        super().validate()
+        check_count(f"{type(self).__name__}.capacity", self.capacity)
+        check_rate(f"{type(self).__name__}.rate", self.rate)
+
     def params(self) -> list[Arg]:
         return [self.capacity, decimal_arg(self.rate)]
 
@@ -88,6 +122,9 @@ class _Bucket(Limit):
     def window_ms(self) -> float | None:
         return _refill_ms(self.capacity, self.rate)
 
+    def refill_ms(self) -> float | None:
+        return _refill_ms(1, self.rate)
+
 
 @dataclass(frozen=True)
 class _Window(Limit):
@@ -96,6 +133,11 @@ class _Window(Limit):
 
     limit: int
     window: Duration
+
+    def validate(self) -> None:
+        super().validate()
+        check_count(f"{type(self).__name__}.limit", self.limit)
+        check_duration(f"{type(self).__name__}.window", self.window)
 
     def params(self) -> list[Arg]:
         return [self.limit, duration_arg(self.window)]
@@ -124,6 +166,11 @@ class SlidingCounter(_Window):
 
     word: ClassVar[str] = "SLIDINGCOUNTER"
     precision: int | None = None
+
+    def validate(self) -> None:
+        super().validate()
+        if self.precision is not None:
+            check_count("SlidingCounter.precision", self.precision)
 
     def params(self) -> list[Arg]:
         words = super().params()
@@ -167,6 +214,13 @@ class GCRA(Limit):
     count: int
     period: Duration
 
+    def validate(self) -> None:
+        super().validate()
+        if isinstance(self.burst, bool) or not isinstance(self.burst, int) or self.burst < 0:
+            raise ValueError(f"GCRA.burst must be an int of at least 0, not {self.burst!r}")
+        check_count("GCRA.count", self.count)
+        check_duration("GCRA.period", self.period)
+
     def params(self) -> list[Arg]:
         return [self.burst, self.count, duration_arg(self.period)]
 
@@ -179,3 +233,55 @@ class GCRA(Limit):
         if period is None or self.count <= 0:
             return None
         return period / self.count * self.quota
+
+    def refill_ms(self) -> float | None:
+        period = duration_ms(self.period)
+        return None if period is None or self.count <= 0 else period / self.count
+
+
+#: Every algorithm, the one list the client keeps of them: the per-algorithm
+#: methods of the clients, the package's exports and the rate strings'
+#: ``algorithm=`` all read it.
+ALGORITHMS: tuple[type[Limit], ...] = (
+    TokenBucket,
+    SlidingCounter,
+    FixedWindow,
+    SlidingLog,
+    LeakyBucket,
+    GCRA,
+)
+
+_UNIT_S = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+_UNIT_S |= {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400}
+_RATE = re.compile(r"(\d+)\s*(?:/|per)\s*(\d+)?\s*([a-z]+?)s?", re.IGNORECASE)
+
+
+def parse_rates(text: str, algorithm: type[_Window] | None = None) -> list[Limit]:
+    """Limits from a rate string, as ``limits``, slowapi and flask-limiter
+    write them: ``"10/second"``, ``"100 per minute; 1000/day"``,
+    ``"5 per 10 seconds"`` (items split by ``;`` or ``,``).
+
+    Each is a `SlidingCounter` (about N in any window) unless `algorithm`
+    says otherwise (`FixedWindow`, `SlidingLog`), named after what it says,
+    e.g. ``"100-per-minute"``, so several in one rule keep apart.
+    """
+    kind: type[_Window] = algorithm or SlidingCounter
+    out: list[Limit] = []
+    for item in re.split(r"[;,]", text):
+        if not item.strip():
+            continue
+        match = _RATE.fullmatch(item.strip())
+        unit = _UNIT_S.get(match.group(3).lower()) if match else None
+        if match is None or unit is None:
+            raise ValueError(
+                f"rate {item.strip()!r} is not N/unit or N per [M] unit, unit one of "
+                'second, minute, hour, day (e.g. "10/second", "100 per minute", '
+                '"5 per 10 seconds")'
+            )
+        count, every = int(match.group(1)), int(match.group(2) or 1)
+        seconds = every * unit
+        span = match.group(3).lower() if every == 1 else f"{every}{match.group(3).lower()}"
+        out.append(kind(count, seconds, name=f"{count}-per-{span}"))
+    if not out:
+        raise ValueError(f"no rate in {text!r}")
+    return out

@@ -22,7 +22,8 @@ Duration = int | float | str | timedelta
 Rate = int | float
 
 _MS_PER_UNIT = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*", re.IGNORECASE)
+# No spaces: the module reads "60s", and refuses "60 s".
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)?", re.IGNORECASE)
 _SECOND = timedelta(seconds=1)
 
 
@@ -92,3 +93,43 @@ def ceil_seconds(delta: timedelta) -> int:
 def ms(value: int) -> timedelta:
     """A reply's millisecond count as a duration."""
     return timedelta(milliseconds=value)
+
+
+def check_count(what: str, value: object) -> int:
+    """`value` if it is a whole number of at least 1, else a clear error
+    (a bool is refused: ``True`` is not a count)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__} ({value!r})")
+    if value < 1:
+        raise ValueError(f"{what} must be at least 1, not {value}")
+    return value
+
+
+def check_rate(what: str, value: object) -> float:
+    """`value` if it is a positive finite int or float (a Decimal or a
+    string is refused by name, rather than failing later in arithmetic)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"{what} must be an int or a float (per second), not {type(value).__name__} "
+            f"({value!r}); e.g. float(value)"
+        )
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{what} must be a finite number above 0, not {value!r}")
+    return float(value)
+
+
+def check_duration(what: str, value: object) -> float:
+    """`value`'s milliseconds if it is a duration the module reads and above
+    zero, else an error naming the forms it takes."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str, timedelta)):
+        raise TypeError(
+            f'{what} must be seconds (int or float), a string such as "250ms", "60s", '
+            f'"1m", "1h", "1d", or a timedelta; not {type(value).__name__} ({value!r})'
+        )
+    wait = duration_ms(value)
+    if wait is None or wait <= 0:
+        raise ValueError(
+            f"{what}={value!r} is not a duration above 0 the module reads: seconds, a string "
+            'such as "250ms", "60s", "1m", "1h", "1d" (no space), or a timedelta'
+        )
+    return wait

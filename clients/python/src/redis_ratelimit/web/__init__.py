@@ -1,18 +1,37 @@
 """Rate limiting for web apps: the ASGI middleware, the WSGI middleware,
-the Flask decorator (`redis_ratelimit.web.flask`, which needs Flask), and
-what they share: the key functions and the `Rule`."""
+the FastAPI dependency (`redis_ratelimit.web.fastapi`), the Flask decorator
+(`redis_ratelimit.web.flask`), the Django middleware and decorator
+(`redis_ratelimit.web.django`), each of those three needing its framework,
+and what they share: the key functions, `By`, and the `Rule`."""
 
 from .asgi import RateLimitMiddleware
-from .core import Request, Rule, api_key, client_ip, forwarded_ip, user
+from .core import (
+    MISSING,
+    By,
+    Request,
+    Rule,
+    api_key,
+    client_ip,
+    exempt_methods,
+    exempt_paths,
+    forwarded_ip,
+    problem_response,
+    user,
+)
 from .wsgi import RateLimitWSGIMiddleware
 
 __all__ = [
+    "MISSING",
+    "By",
     "RateLimitMiddleware",
     "RateLimitWSGIMiddleware",
     "Request",
     "Rule",
     "api_key",
     "client_ip",
+    "exempt_methods",
+    "exempt_paths",
     "forwarded_ip",
+    "problem_response",
     "user",
 ]

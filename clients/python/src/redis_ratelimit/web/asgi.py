@@ -6,16 +6,29 @@ FastAPI, ``app.add_middleware(RateLimitMiddleware, redis=..., limits=...)``.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from typing_extensions import Unpack
 
-from ..async_client import AsyncRateLimiter
-from ..limits import Limit
-from .core import PASS, UNREACHABLE, Request, Response, Rule, RuleOptions, Verdict, join_headers
+from ..kinds import require_async
+from .core import (
+    UNREACHABLE,
+    Limits,
+    Request,
+    Response,
+    Rule,
+    RuleOptions,
+    Verdict,
+    build_rule,
+    claim_keys,
+    join_headers,
+    logger,
+)
+from .guard import AsyncGuard, async_guard
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -41,31 +54,66 @@ def asgi_request(scope: Mapping[str, Any]) -> Request:
     )
 
 
+async def decide_async(
+    rule: Rule, request: Request, guard: AsyncGuard, cluster: bool, scope: str | None = None
+) -> Verdict:
+    """`core.decide`, awaiting Redis."""
+    pending = rule.start(request, cluster=cluster, scope=scope)
+    if isinstance(pending, Verdict):
+        return pending
+    decisions = []
+    for command in pending.commands:
+        try:
+            decision = await guard.run(command)
+        except UNREACHABLE as error:
+            return rule.unreachable(error)
+        decisions.append(decision)
+        if not decision.allowed:
+            break
+    return rule.finish(pending, decisions, request)
+
+
 class RateLimitMiddleware:
     """Checks every HTTP request before the app sees it: a denied one is
     answered ``429 Too Many Requests`` with the headers, an allowed one
-    reaches the app and its response gets the headers. The arguments after
-    `redis` are `Rule`'s (`redis_ratelimit.web.Rule`)."""
+    reaches the app and its response gets the headers. Give `rule` (a
+    `Rule`, built when the app's module is imported, so its errors show
+    then) or `limits` and `Rule`'s options (`redis_ratelimit.web.Rule`)."""
 
     def __init__(
         self,
         app: ASGIApp,
         *,
         redis: Redis | RedisCluster,
-        limits: Limit | Sequence[Limit],
+        limits: Limits | None = None,
+        rule: Rule | None = None,
+        validate: bool = True,
         **options: Unpack[RuleOptions],
     ) -> None:
+        require_async(redis, "RateLimitMiddleware", "RateLimitWSGIMiddleware")
         self.app = app
-        self.limiter = AsyncRateLimiter(redis)
-        self.rule = Rule(limits, **options)
+        self.redis = redis
+        #: Ask the server about the rule (`Rule.validate`) at the lifespan
+        #: startup: a limit it refuses fails the start (uvicorn
+        #: ``--lifespan on`` then exits); Redis unreachable is only logged.
+        self.validate = validate
+        self._validated = False
+        self.rule = build_rule(limits, rule, options)
+        self.guard = async_guard(redis, self.rule.timeout, self.rule.cooldown)
+        self.cluster = isinstance(redis, RedisCluster)
+        if self.rule.scope is None:  # one given on purpose may be shared on purpose
+            claim_keys(redis, self.rule, f"RateLimitMiddleware at {id(self):#x}")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan" and self.validate:
+            await self.app(scope, self._validating(receive), send)
+            return
         if scope["type"] != "http":  # websocket, lifespan
             await self.app(scope, receive, send)
             return
         verdict = await self.decide(asgi_request(scope))
         if verdict.response is not None:
-            await _send_response(send, verdict.response)
+            await send_response(send, verdict.response)
             return
         if not verdict.headers:
             await self.app(scope, receive, send)
@@ -83,19 +131,30 @@ class RateLimitMiddleware:
 
         await self.app(scope, receive, send_with_headers)
 
+    def _validating(self, receive: Receive) -> Receive:
+        async def receive_checked() -> Message:
+            message = await receive()
+            if message.get("type") == "lifespan.startup" and not self._validated:
+                self._validated = True
+                try:
+                    # Through the guard's client: short timeouts, no retries.
+                    await asyncio.wait_for(self.rule.validate(self.guard.limiter.redis), 2)
+                except (*UNREACHABLE, asyncio.TimeoutError) as error:
+                    logger.warning(
+                        "rate limit %s: not validated at startup, Redis cannot be asked (%s)",
+                        self.rule.names,
+                        error,
+                    )
+            return message
+
+        return receive_checked
+
     async def decide(self, request: Request) -> Verdict:
-        """The verdict on `request` (`core.decide`, awaiting Redis)."""
-        command = self.rule.command(request)
-        if command is None:
-            return PASS
-        try:
-            decision = await self.limiter.run(command)
-        except UNREACHABLE as error:
-            return self.rule.unreachable(error)
-        return self.rule.verdict(decision, request)
+        """The verdict on `request`."""
+        return await decide_async(self.rule, request, self.guard, self.cluster)
 
 
-async def _send_response(send: Send, response: Response) -> None:
+async def send_response(send: Send, response: Response) -> None:
     await send(
         {
             "type": "http.response.start",

@@ -2,32 +2,47 @@
 key functions, and the rule that turns a request into a command and a
 decision into a response.
 
-The ASGI middleware, the WSGI middleware and the Flask decorator differ
-only in how they read a request, send a command and write a response;
-everything they decide is decided here, once.
+The ASGI and WSGI middlewares, the FastAPI dependency, the Flask and
+Django decorators and the Django middleware differ only in how they read a
+request, send a command (through `guard`: a breaker and a short budget) and
+write a response; everything they decide is decided here, once.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from datetime import timedelta
+from typing import Any, Literal, TypedDict, overload
 
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
 from redis.exceptions import ClusterDownError, OutOfMemoryError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import commands
+from ..async_client import AsyncRateLimiter
+from ..cache import DenialCache
+from ..client import RateLimiter
 from ..commands import Command
 from ..decision import Decision
-from ..limits import Limit
-from ..units import Duration
+from ..limits import Limit, parse_rates
+from ..units import Duration, check_duration, check_rate
+from .guard import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT
 
 logger = logging.getLogger("redis_ratelimit")
+
+SyncClient = Redis | RedisCluster
+AsyncClient = AsyncRedis | AsyncRedisCluster
 
 #: The errors that mean Redis cannot decide: it cannot be reached (down,
 #: refused, timed out, cluster without a primary for the slot), or it is at
@@ -66,10 +81,25 @@ KeyFunc = Callable[[Request], str | None]
 ShadowHook = Callable[[Request, Decision], None]
 
 
+class _Missing(str):
+    """The type of `MISSING`."""
+
+    __slots__ = ()
+
+
+#: What a key function returns when the request does not carry the identity
+#: it reads (no peer address: a unix socket, a WSGI server without
+#: ``REMOTE_ADDR``). Unlike None, which exempts a request on purpose, the
+#: rule limits it under one shared identity (``on_missing_identity``). An
+#: empty string counts as missing too.
+MISSING: str = _Missing("missing")
+
+
 def client_ip(request: Request) -> str | None:
-    """The peer's address. Behind a proxy this is the proxy's: see
-    `forwarded_ip`."""
-    return None if request.client is None else "ip:" + request.client
+    """The peer's address; `MISSING` when the server gives none (behind a
+    proxy on a unix socket: see `forwarded_ip`). Behind a proxy this is the
+    proxy's: see `forwarded_ip`."""
+    return MISSING if not request.client else "ip:" + request.client
 
 
 def forwarded_ip(trusted_proxies: int = 1, header: str = "X-Forwarded-For") -> KeyFunc:
@@ -143,6 +173,25 @@ class Verdict:
 
 PASS = Verdict()
 
+#: Makes the response to a denied request from the request and the decision
+#: (whose ``headers()`` it should send); `problem_response` by default.
+DenialHook = Callable[[Request, Decision, list[tuple[str, str]]], Response]
+
+#: Says a request is exempt from a rule (True: not limited at all).
+ExemptFunc = Callable[[Request], bool]
+
+#: What a rule does with a request whose identity is `MISSING`: limit it
+#: under one identity shared by all such requests (``"shared"``, the
+#: default), answer it 403 (``"refuse"``), or let it through unlimited
+#: (``"exempt"``, which the app has then written on purpose).
+MissingIdentity = Literal["shared", "refuse", "exempt"]
+
+#: The identity requests with a `MISSING` one share.
+SHARED_IDENTITY = "missing"
+
+#: The IETF draft's problem type for a quota exceeded.
+QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
 
 class RuleOptions(TypedDict, total=False):
     """`Rule`'s keyword arguments, as the middlewares pass them through."""
@@ -157,29 +206,106 @@ class RuleOptions(TypedDict, total=False):
     penalty: Duration | None
     shadow: bool
     on_shadow_denied: ShadowHook | None
+    on_missing_identity: MissingIdentity
+    on_denied: DenialHook | None
+    exempt: ExemptFunc | None
+    denial_cache: bool
+    timeout: float
+    cooldown: float
+
+
+class By:
+    """Limits on another identity than the rule's `key`, in the same rule:
+    ``Rule([TokenBucket(10, 1), By(api_key(), FixedWindow(1000, "1d"))])``
+    checks the peer's bucket and the API key's daily quota at once."""
+
+    def __init__(self, key: KeyFunc, *limits: Limit | str) -> None:
+        if not callable(key):
+            raise TypeError(f"By's first argument is the key function, not {key!r}")
+        self.key = key
+        self.limits = _limits(limits)
+
+
+#: What `Rule` takes as its limits.
+Limits = Limit | str | By | Sequence[Limit | str | By]
+
+
+def _limits(items: Sequence[Limit | str]) -> list[Limit]:
+    out: list[Limit] = []
+    for item in items:
+        if isinstance(item, str):
+            out += parse_rates(item)
+        elif isinstance(item, Limit):
+            out.append(item)
+        else:
+            raise TypeError(
+                f"a limit must be a Limit (TokenBucket(...), FixedWindow(...), ...), a rate "
+                f'string such as "10/second", or By(key, ...); not {type(item).__name__}'
+            )
+    return out
+
+
+def _check_bool(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, not {value!r}")
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One limit of a rule with the key function naming its identity."""
+
+    key: KeyFunc
+    limit: Limit
+    name: str
+
+
+@dataclass(frozen=True)
+class Pending:
+    """What a rule asks Redis for one request: `commands`, sent in order
+    (one, except on a cluster with several identities: one per identity),
+    stopping at the first denial."""
+
+    commands: list[Command[Decision]]
+    cache_key: tuple[str | int, ...]
 
 
 class Rule:
-    """One or several limits on every request the key function names.
+    """One or several limits on every request.
 
-    Several limits are checked with one ``RL.ALL`` (all or nothing), their
-    keys sharing the identity as hash tag so a cluster takes them:
-    ``<prefix>:{<identity>}:<policy name>`` (with ``<scope>:`` before the
-    name when given). ``fail_open``: when Redis cannot be reached, let
-    requests through (True, the default: an outage of the limiter should not
-    become an outage of the API) or answer 503 (False).
+    `limits`: `Limit`\\ s (``TokenBucket(10, 1)``), rate strings
+    (``"100 per minute; 1000/day"``), and `By` groups for other identities.
+    Each limit's Redis key is ``<prefix>:{<identity>}:<scope>:<name>`` (no
+    ``<scope>:`` without one), the identity given by `key` (or the `By`'s),
+    as hash tag. All of them are checked at once, all or nothing: one
+    ``RL.ALL`` on one server; on a cluster, one per identity, in order,
+    stopping at the first denial (see the README).
+
+    ``key`` returning None exempts the request; returning `MISSING` (no
+    address) limits it as ``on_missing_identity`` says, with one warning per
+    rule. ``exempt(request)`` returning True exempts it too.
+
+    ``fail_open``: when Redis cannot be reached, let requests through (True,
+    the default: an outage of the limiter should not become an outage of the
+    API) or answer 503 (False). Each call to Redis has `timeout` seconds;
+    after a failure, Redis is not asked for `cooldown` seconds (the breaker
+    of its client). ``denial_cache``: a denied identity is answered locally
+    until its retry time, without asking Redis (on by default).
 
     ``penalty``: a denial locks the identity out for this long (the module's
     ``PENALTY``). ``shadow``: try the rule without enforcing it (``SHADOW``):
     nothing is ever denied or taken, and each request it would have denied
     reaches the app all the same, after ``on_shadow_denied(request,
     decision)`` is called (by default, a line at INFO on the
-    ``redis_ratelimit`` logger).
+    ``redis_ratelimit`` logger). ``on_denied(request, decision, headers)``
+    makes the 429 (default: `problem_response`).
+
+    Every argument is checked here, so a wrong one fails when the app
+    starts; `validate` also asks the server about each limit.
     """
 
     def __init__(
         self,
-        limits: Limit | Sequence[Limit],
+        limits: Limits,
         *,
         key: KeyFunc = client_ip,
         prefix: str = "rl",
@@ -191,16 +317,57 @@ class Rule:
         penalty: Duration | None = None,
         shadow: bool = False,
         on_shadow_denied: ShadowHook | None = None,
+        on_missing_identity: MissingIdentity = "shared",
+        on_denied: DenialHook | None = None,
+        exempt: ExemptFunc | None = None,
+        denial_cache: bool = True,
+        timeout: float = DEFAULT_TIMEOUT,
+        cooldown: float = DEFAULT_COOLDOWN,
     ) -> None:
-        self.limits = (limits,) if isinstance(limits, Limit) else tuple(limits)
-        if not self.limits:
+        if not callable(key):
+            raise TypeError(f"key must be a function of the request, not {key!r}")
+        items = [limits] if isinstance(limits, (Limit, str, By)) else list(limits)
+        tiers: list[Tier] = []
+        for item in items:
+            if isinstance(item, By):
+                tiers += [Tier(item.key, lim, lim.policy().name) for lim in item.limits]
+            else:
+                tiers += [Tier(key, lim, lim.policy().name) for lim in _limits([item])]
+        if not tiers:
             raise ValueError("give at least one limit")
-        names = [limit.policy().name for limit in self.limits]
+        names = [tier.name for tier in tiers]
         if len(set(names)) != len(names):
             raise ValueError(
                 f"the limits' names {names} must differ: each names its Redis key "
                 "and its RateLimit-Policy item (give each a name=...)"
             )
+        if isinstance(cost, bool) or not (callable(cost) or isinstance(cost, int)):
+            raise TypeError(f"cost must be an int or a function of the request, not {cost!r}")
+        if isinstance(cost, int) and cost < 1:
+            raise ValueError(f"cost must be at least 1, not {cost}")
+        for flag, value in (
+            ("fail_open", fail_open),
+            ("legacy_headers", legacy_headers),
+            ("ietf_headers", ietf_headers),
+            ("shadow", shadow),
+            ("denial_cache", denial_cache),
+        ):
+            _check_bool(flag, value)
+        if penalty is not None:
+            check_duration("penalty", penalty)
+        if on_missing_identity not in ("shared", "refuse", "exempt"):
+            raise ValueError(
+                f'on_missing_identity must be "shared", "refuse" or "exempt", '
+                f"not {on_missing_identity!r}"
+            )
+        if not isinstance(prefix, str) or not prefix:
+            raise ValueError(f"prefix must be a non-empty str, not {prefix!r}")
+        if scope is not None and not isinstance(scope, str):
+            raise TypeError(f"scope must be a str or None, not {scope!r}")
+        check_rate("timeout", timeout)
+        check_rate("cooldown", cooldown)
+        self.tiers = tiers
+        self.limits = tuple(tier.limit for tier in tiers)
         self.names = names
         self.key = key
         self.prefix = prefix
@@ -212,37 +379,115 @@ class Rule:
         self.penalty = penalty
         self.shadow = shadow
         self.on_shadow_denied = on_shadow_denied or _log_shadow_denial
+        self.on_missing_identity = on_missing_identity
+        self.on_denied = on_denied or problem_response
+        self.exempt = exempt
+        self.timeout = timeout
+        self.cooldown = cooldown
+        self.denials = DenialCache() if denial_cache else None
         self._outages = _OutageLog()
+        self._warned_missing = False
 
-    def command(self, request: Request) -> Command[Decision] | None:
-        """The check for `request`, or None when it is not limited."""
-        identity = self.key(request)
+    def key_names(self) -> list[tuple[str, str | None, str]]:
+        """What sets this rule's keys apart from another's: (prefix, scope,
+        name) of each limit (the identity is the request's)."""
+        return [(self.prefix, self.scope, name) for name in self.names]
+
+    def _identity(self, tier: Tier, request: Request) -> str | Verdict | None:
+        identity = tier.key(request)
         if identity is None:
             return None
+        if identity is MISSING or identity == "":
+            if not self._warned_missing:
+                self._warned_missing = True
+                logger.warning(
+                    "rate limit %s: a request to %s %s has no identity (no client address: a "
+                    "unix socket or a proxy? see forwarded_ip); such requests are %s",
+                    self.names,
+                    request.method,
+                    request.path,
+                    {
+                        "shared": f"limited together, as {SHARED_IDENTITY!r}",
+                        "refuse": "refused with 403",
+                        "exempt": "let through unlimited (on_missing_identity='exempt')",
+                    }[self.on_missing_identity],
+                )
+            if self.on_missing_identity == "exempt":
+                return None
+            if self.on_missing_identity == "refuse":
+                return _refusal()
+            return SHARED_IDENTITY
+        return identity
+
+    def start(
+        self, request: Request, *, cluster: bool = False, scope: str | None = None
+    ) -> Pending | Verdict:
+        """What to ask Redis about `request`, or the verdict when Redis
+        need not be asked: exempt, refused, or denied by the local cache.
+        Then `finish` with the decisions. `scope`: this request's, when the
+        rule has none of its own (a FastAPI dependency's route)."""
+        if self.exempt is not None and self.exempt(request):
+            return PASS
+        keyed: list[tuple[str, str, Limit]] = []  # (identity, key, limit)
+        scope = self.scope or scope
+        scope = f"{scope}:" if scope else ""
+        for tier in self.tiers:
+            identity = self._identity(tier, request)
+            if isinstance(identity, Verdict):
+                return identity
+            if identity is not None:
+                keyed.append(
+                    (identity, f"{self.prefix}:{{{identity}}}:{scope}{tier.name}", tier.limit)
+                )
+        if not keyed:
+            return PASS
         cost = self.cost(request) if callable(self.cost) else self.cost
-        base = f"{self.prefix}:{{{identity}}}:" + (f"{self.scope}:" if self.scope else "")
-        keys = [base + name for name in self.names]
+        if isinstance(cost, bool) or not isinstance(cost, int) or cost < 1:
+            raise ValueError(f"the rule's cost function returned {cost!r}: it must be an int >= 1")
+        cache_key: tuple[str | int, ...] = (cost, *(key for _, key, _ in keyed))
+        if self.denials is not None:
+            cached = self.denials.get(cache_key)
+            if cached is not None:
+                return self.verdict(cached, request)
         options = commands.CheckOptions(cost=cost, penalty=self.penalty, shadow=self.shadow)
-        if len(self.limits) == 1:
-            return commands.check(keys[0], self.limits[0], **options)
-        return commands.check_all(zip(keys, self.limits, strict=True), **options)
+        groups: list[list[tuple[str, Limit]]] = []
+        if cluster:
+            # Keys of one identity share a hash tag, so a slot: one RL.ALL each.
+            by_identity: dict[str, list[tuple[str, Limit]]] = {}
+            for identity, key, limit in keyed:
+                by_identity.setdefault(identity, []).append((key, limit))
+            groups = list(by_identity.values())
+        else:
+            groups = [[(key, limit) for _, key, limit in keyed]]
+        return Pending(
+            [
+                commands.check(g[0][0], g[0][1], **options)
+                if len(g) == 1
+                else commands.check_all(g, **options)
+                for g in groups
+            ],
+            cache_key,
+        )
+
+    def finish(self, pending: Pending, decisions: list[Decision], request: Request) -> Verdict:
+        """The verdict from the decisions of `pending`'s commands (all of
+        them, or those up to the first denial)."""
+        decision = decisions[0] if len(decisions) == 1 else combine(decisions)
+        if self.denials is not None and not decision.allowed:
+            self.denials.put(pending.cache_key, decision)
+        return self.verdict(decision, request)
 
     def verdict(self, decision: Decision, request: Request) -> Verdict:
-        """Denied: 429 with the headers (``Retry-After`` unless the request
-        can never pass). Allowed: the app's response, with the headers;
-        a shadow denial is told to `on_shadow_denied` first."""
+        """Denied: `on_denied`'s response, with the headers (``Retry-After``
+        unless the request can never pass). Allowed: the app's response,
+        with the headers; a shadow denial is told to `on_shadow_denied`
+        first."""
         headers = list(decision.headers(legacy=self.legacy_headers, ietf=self.ietf_headers).items())
         if decision.allowed:
             if decision.shadow_denied:
                 self.on_shadow_denied(request, decision)
             return Verdict(headers=headers)
-        retry = decision.retry_after_header()
-        text = (
-            f"Too many requests: retry in {retry} s.\n"
-            if retry is not None
-            else "Too many requests: this request is larger than the limit and can never pass.\n"
-        )
-        return Verdict(response=_text_response(429, "Too Many Requests", text, headers))
+        return Verdict(response=self.on_denied(request, decision, headers))
 
     def unreachable(self, error: Exception) -> Verdict:
         """Redis could not decide (unreachable, or out of memory for a new
@@ -252,6 +497,165 @@ class Rule:
             return PASS
         text = "Service unavailable: the rate limiter cannot be reached.\n"
         return Verdict(response=_text_response(503, "Service Unavailable", text, []))
+
+    @overload
+    def validate(self, redis: AsyncClient) -> Coroutine[Any, Any, None]: ...
+    @overload
+    def validate(self, redis: SyncClient) -> None: ...
+
+    def validate(self, redis: SyncClient | AsyncClient) -> Coroutine[Any, Any, None] | None:
+        """Asks the server about each limit once (``RL.PEEK``, which changes
+        nothing), so a parameter the module refuses, or a server without the
+        module, fails when the app starts: ``rule.validate(redis)``, or
+        ``await rule.validate(redis)`` with an asyncio client. Raises the
+        server's error (`InvalidArgumentError`, `ModuleNotLoadedError`)."""
+        if isinstance(redis, (AsyncRedis, AsyncRedisCluster)):
+            limiter = AsyncRateLimiter(redis)
+
+            async def peek_all() -> None:
+                for command in self.peeks():
+                    await limiter.run(command)
+
+            return peek_all()
+        sync = RateLimiter(redis)
+        for command in self.peeks():
+            sync.run(command)
+        return None
+
+    def peeks(self) -> list[Command[Decision]]:
+        """One ``RL.PEEK`` per limit, on a key no request uses: what
+        `validate` sends."""
+        return [
+            commands.peek(f"{self.prefix}:{{rl-validate}}:{tier.name}", tier.limit)
+            for tier in self.tiers
+        ]
+
+
+def combine(decisions: Sequence[Decision]) -> Decision:
+    """Several checks (one per identity, on a cluster) as one decision: each
+    tier kept, allowed if all were, the rest from the binding tier."""
+    tiers = tuple(t for d in decisions for t in (d.tiers or (d,)))
+    allowed = all(d.allowed for d in decisions)
+    whole = Decision(
+        allowed=allowed,
+        limit=0,
+        remaining=0,
+        retry_after=timedelta(0),
+        reset_after=timedelta(0),
+        tiers=tiers,
+    )
+    b = whole.binding
+    return Decision(
+        allowed=allowed,
+        limit=b.limit,
+        remaining=b.remaining,
+        retry_after=b.retry_after if not allowed else timedelta(0),
+        reset_after=max(t.reset_after for t in tiers),
+        delay=max(t.delay for t in tiers),
+        tiers=tiers,
+    )
+
+
+def problem_response(
+    request: Request, decision: Decision, headers: list[tuple[str, str]]
+) -> Response:
+    """The default 429: an ``application/problem+json`` body (RFC 9457) of
+    the IETF draft's quota-exceeded type, and the rate-limit headers."""
+    retry = decision.retry_after_header()
+    problem = {
+        "type": QUOTA_EXCEEDED,
+        "title": "Request cannot be satisfied as assigned quota has been exceeded",
+        "status": 429,
+        "detail": (
+            f"Too many requests: retry in {retry} s."
+            if retry is not None
+            else "Too many requests: this request is larger than the limit and can never pass."
+        ),
+    }
+    body = json.dumps(problem).encode()
+    return Response(
+        429,
+        "Too Many Requests",
+        [
+            ("Content-Type", "application/problem+json"),
+            ("Content-Length", str(len(body))),
+            *headers,
+        ],
+        body,
+    )
+
+
+def _refusal() -> Verdict:
+    body = json.dumps(
+        {
+            "title": "The client cannot be identified for rate limiting",
+            "status": 403,
+        }
+    ).encode()
+    return Verdict(
+        response=Response(
+            403,
+            "Forbidden",
+            [("Content-Type", "application/problem+json"), ("Content-Length", str(len(body)))],
+            body,
+        )
+    )
+
+
+def exempt_paths(*prefixes: str) -> ExemptFunc:
+    """Exempts requests whose path starts with one of `prefixes`
+    (``exempt=exempt_paths("/health", "/metrics")``)."""
+    return lambda request: request.path.startswith(prefixes)
+
+
+def exempt_methods(*methods: str) -> ExemptFunc:
+    """Exempts requests of these methods (``exempt_methods("OPTIONS")``)."""
+    upper = {m.upper() for m in methods}
+    return lambda request: request.method.upper() in upper
+
+
+_claims_lock = threading.Lock()
+_claims: weakref.WeakKeyDictionary[Any, dict[tuple[str, str | None, str], str]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def claim_keys(redis: Any, rule: Rule, owner: str) -> None:
+    """Records that `owner` (a middleware, a view) writes `rule`'s keys on
+    `redis`; raises ValueError if another owner already does, so two rules
+    never count into one key by accident. Called when each is built."""
+    with _claims_lock:
+        claimed = _claims.setdefault(redis, {})
+        for name in rule.key_names():
+            other = claimed.get(name)
+            if other is not None and other != owner:
+                prefix, scope, limit = name
+                raise ValueError(
+                    f"{owner} and {other} would share the Redis keys "
+                    f"{prefix}:{{identity}}:{scope + ':' if scope else ''}{limit}: "
+                    "give one of them another scope= (or the limit another name=)"
+                )
+        for name in rule.key_names():
+            claimed[name] = owner
+
+
+def release_keys(redis: Any, owner: str) -> None:
+    """Forgets `owner`'s claims (a middleware rebuilt, a test's app gone)."""
+    with _claims_lock:
+        claimed = _claims.get(redis, {})
+        for name in [n for n, o in claimed.items() if o == owner]:
+            del claimed[name]
+
+
+def build_rule(limits: Limits | None, rule: Rule | None, options: RuleOptions) -> Rule:
+    """The middleware's rule: `rule`, or one made of `limits` and `options`."""
+    if rule is not None:
+        if limits is not None or options:
+            raise TypeError("give rule=Rule(...) or limits= and the rule's options, not both")
+        return rule
+    if limits is None:
+        raise TypeError("give limits= (or rule=Rule(...))")
+    return Rule(limits, **options)
 
 
 def _log_shadow_denial(request: Request, decision: Decision) -> None:
@@ -315,14 +719,21 @@ def join_headers(pairs: list[tuple[str, str]]) -> dict[str, str]:
     return headers
 
 
-def decide(rule: Rule, request: Request, run: Callable[[Command[Decision]], Decision]) -> Verdict:
-    """The verdict on `request`, asking Redis through `run` (a sync
-    client's; the ASGI middleware has its own five lines for await)."""
-    command = rule.command(request)
-    if command is None:
-        return PASS
-    try:
-        decision = run(command)
-    except UNREACHABLE as error:
-        return rule.unreachable(error)
-    return rule.verdict(decision, request)
+def decide(
+    rule: Rule, request: Request, run: Callable[[Command[Decision]], Decision], cluster: bool
+) -> Verdict:
+    """The verdict on `request`, asking Redis through `run` (a sync guard's;
+    the ASGI middleware has its own lines for await)."""
+    pending = rule.start(request, cluster=cluster)
+    if isinstance(pending, Verdict):
+        return pending
+    decisions = []
+    for command in pending.commands:
+        try:
+            decision = run(command)
+        except UNREACHABLE as error:
+            return rule.unreachable(error)
+        decisions.append(decision)
+        if not decision.allowed:
+            break
+    return rule.finish(pending, decisions, request)

@@ -4,16 +4,16 @@ Flask decorator in `redis_ratelimit.web.flask` for one view at a time."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from redis import Redis
 from redis.cluster import RedisCluster
 from typing_extensions import Unpack
 
-from ..client import RateLimiter
-from ..limits import Limit
-from .core import Request, Rule, RuleOptions, decide
+from ..kinds import require_sync
+from .core import Limits, Request, Rule, RuleOptions, build_rule, claim_keys, decide
+from .guard import sync_guard
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
@@ -44,23 +44,28 @@ def wsgi_request(environ: Mapping[str, Any]) -> Request:
 class RateLimitWSGIMiddleware:
     """Checks every request before the app sees it: a denied one is answered
     ``429 Too Many Requests`` with the headers, an allowed one reaches the
-    app and its response gets the headers. The arguments after `redis` are
-    `Rule`'s (`redis_ratelimit.web.Rule`)."""
+    app and its response gets the headers. Give `rule` (a `Rule`) or
+    `limits` and `Rule`'s options (`redis_ratelimit.web.Rule`)."""
 
     def __init__(
         self,
         app: WSGIApp,
         *,
         redis: Redis | RedisCluster,
-        limits: Limit | Sequence[Limit],
+        limits: Limits | None = None,
+        rule: Rule | None = None,
         **options: Unpack[RuleOptions],
     ) -> None:
+        require_sync(redis, "RateLimitWSGIMiddleware", "RateLimitMiddleware (ASGI)")
         self.app = app
-        self.limiter = RateLimiter(redis)
-        self.rule = Rule(limits, **options)
+        self.rule = build_rule(limits, rule, options)
+        self.guard = sync_guard(redis, self.rule.timeout, self.rule.cooldown)
+        self.cluster = isinstance(redis, RedisCluster)
+        if self.rule.scope is None:  # one given on purpose may be shared on purpose
+            claim_keys(redis, self.rule, f"RateLimitWSGIMiddleware at {id(self):#x}")
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
-        verdict = decide(self.rule, wsgi_request(environ), self.limiter.run)
+        verdict = decide(self.rule, wsgi_request(environ), self.guard.run, self.cluster)
         if verdict.response is not None:
             response = verdict.response
             start_response(f"{response.status} {response.reason}", response.headers)

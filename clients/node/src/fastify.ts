@@ -1,0 +1,59 @@
+/**
+ * Fastify (4 and 5): `await app.register(fastifyRateLimit, { redis, limits })`.
+ * The plugin is not encapsulated (like `fastify-plugin`), so it limits every
+ * route of the instance it is registered on; register it inside a
+ * `register` block to limit only that block's routes.
+ */
+import { type RequestInfo, Rule, type RuleOptions } from "./rule.js";
+
+interface FastifyRequestLike {
+  method: string;
+  url: string;
+  ip?: string | undefined;
+  headers: Record<string, string | string[] | undefined>;
+  routeOptions?: { url?: string | undefined } | undefined;
+}
+
+interface FastifyReplyLike {
+  header(name: string, value: string): unknown;
+  code(status: number): FastifyReplyLike;
+  type(contentType: string): FastifyReplyLike;
+  send(body: string): unknown;
+}
+
+interface FastifyLike {
+  addHook(name: "onRequest", hook: (request: FastifyRequestLike, reply: FastifyReplyLike) => Promise<unknown>): unknown;
+  decorate?(name: string, value: unknown): unknown;
+}
+
+export function fastifyRequest(request: FastifyRequestLike): RequestInfo {
+  return { method: request.method, path: request.url, headers: request.headers, ip: request.ip, raw: request };
+}
+
+/** The plugin. Its options are the Express middleware's (`RuleOptions`). */
+export function fastifyRateLimit(fastify: FastifyLike, options: RuleOptions, done: (error?: Error) => void): void {
+  let rule: Rule;
+  try {
+    rule = new Rule(options);
+  } catch (error) {
+    done(error as Error);
+    return;
+  }
+  fastify.addHook("onRequest", async (request, reply) => {
+    const verdict = await rule.decide(fastifyRequest(request));
+    for (const [name, value] of Object.entries(verdict.headers)) {
+      if (name !== "Content-Type") reply.header(name, value);
+    }
+    if (verdict.action === "respond") {
+      return reply.code(verdict.status).type("text/plain; charset=utf-8").send(verdict.body);
+    }
+    return undefined;
+  });
+  done();
+}
+
+// Not encapsulated (what fastify-plugin does), so the hook applies to the parent's routes.
+Object.assign(fastifyRateLimit, {
+  [Symbol.for("skip-override")]: true,
+  [Symbol.for("fastify.display-name")]: "redis-ratelimit",
+});
