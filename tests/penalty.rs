@@ -271,8 +271,17 @@ fn snapshot(con: &mut redis::Connection, keys: &[&str]) -> Vec<(Option<Vec<u8>>,
 #[test]
 fn a_penalty_reaches_a_replica_as_an_effect_and_survives_rdb_and_aof() {
     for preamble in ["yes", "no"] {
-        let mut primary =
-            Server::start(&["--appendonly", "yes", "--aof-use-rdb-preamble", preamble]);
+        // Each write on disk before its reply: the primary is killed (not
+        // shut down) below, and under `everysec` a slow background fsync
+        // (a loaded machine) postpones the writes after it for up to 2 s.
+        let mut primary = Server::start(&[
+            "--appendonly",
+            "yes",
+            "--aof-use-rdb-preamble",
+            preamble,
+            "--appendfsync",
+            "always",
+        ]);
         let replica = Server::start_replica_of(&primary);
         let mut con = primary.connect();
         let mut rcon = replica.connect();
