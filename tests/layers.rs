@@ -67,10 +67,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("replays", &["replay.rs"]),
     ("grammar: options, RL.ALL, RL.TOP", &["parse/"]),
     ("the algorithms", &["algorithms/"]),
-    ("encoding of states", &["encoding.rs"]),
+    ("words: values, syntax", &["words/"]),
     (
-        "words: values, syntax; errors; small tools",
-        &["words/", "error.rs", "log_throttle.rs", "top.rs"],
+        "encoding of states; errors; small tools",
+        &["encoding.rs", "error.rs", "log_throttle.rs", "top.rs"],
     ),
 ];
 
