@@ -8,12 +8,13 @@
 use std::path::PathBuf;
 
 use redis_ratelimit::algorithms::penalty::Penalized;
-use redis_ratelimit::algorithms::{Algorithm, State};
+use redis_ratelimit::algorithms::registry::{each_state, Each, EachState, Listed};
+use redis_ratelimit::algorithms::State;
 use redis_ratelimit::parse::Syntax;
 
 /// A stored type of the registry: its name, and whether bytes decode as it.
 struct Stored {
-    name: &'static str,
+    name: String,
     decodes: fn(&[u8]) -> bool,
 }
 
@@ -27,35 +28,55 @@ fn decodes<S: State>(bytes: &[u8]) -> bool {
     S::decode(bytes).is_ok()
 }
 
-fn own_options<A: Algorithm>() -> Vec<&'static str> {
-    A::Params::OPTIONS.iter().map(|o| o.token).collect()
+/// Reads a stored type of the registry, or an algorithm with its options.
+struct Read;
+
+impl Each for Read {
+    type Out = (Stored, Option<Stored>, Option<Checked>);
+    fn algorithm<A: Listed>(&mut self) -> Self::Out {
+        (
+            Stored {
+                name: A::NAME.to_string(),
+                decodes: decodes::<A>,
+            },
+            Some(Stored {
+                name: format!("penalized {}", A::NAME),
+                decodes: decodes::<Penalized<A>>,
+            }),
+            Some(Checked {
+                name: A::NAME,
+                own_options: A::Params::OPTIONS.iter().map(|o| o.token).collect(),
+            }),
+        )
+    }
 }
 
-macro_rules! registered {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
-        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal;)* }
-    ) => {
-        fn stored() -> Vec<Stored> {
-            vec![
-                $(Stored { name: $name, decodes: decodes::<redis_ratelimit::algorithms::$module::$ty> },)*
-                $(Stored {
-                    name: concat!("penalized ", $name),
-                    decodes: decodes::<Penalized<redis_ratelimit::algorithms::$module::$ty>>,
-                },)*
-                $(Stored { name: $oname, decodes: decodes::<redis_ratelimit::algorithms::$omodule::$oty> },)*
-            ]
-        }
-
-        fn algorithms() -> Vec<Checked> {
-            vec![$(Checked {
-                name: $name,
-                own_options: own_options::<redis_ratelimit::algorithms::$module::$ty>(),
-            },)*]
-        }
-    };
+impl EachState for Read {
+    fn other<S: State + std::fmt::Debug + 'static>(&mut self) -> Self::Out {
+        let stored = Stored {
+            name: S::NAME.to_string(),
+            decodes: decodes::<S>,
+        };
+        (stored, None, None)
+    }
 }
-redis_ratelimit::registry!(registered);
+
+/// Every stored type: each algorithm, plain and penalized, and the others.
+fn stored() -> Vec<Stored> {
+    let mut stored = vec![];
+    for (plain, penalized, _) in each_state(&mut Read) {
+        stored.push(plain);
+        stored.extend(penalized);
+    }
+    stored
+}
+
+fn algorithms() -> Vec<Checked> {
+    each_state(&mut Read)
+        .into_iter()
+        .filter_map(|(_, _, checked)| checked)
+        .collect()
+}
 
 fn fuzz_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz")

@@ -153,6 +153,15 @@ macro_rules! walks {
             }
         }
 
+        /// `each` with the algorithm whose tag is `tag`; `None` for a tag no
+        /// algorithm has (the other states' included).
+        pub fn on_algorithm_tag<E: Each>(tag: u8, each: &mut E) -> Option<E::Out> {
+            match tag {
+                $($tag => Some(each.algorithm::<super::$module::$ty>()),)*
+                _ => None,
+            }
+        }
+
         /// `each` with the algorithm named `name` (any case); `None` for a
         /// name no algorithm has.
         pub fn on_name<E: Each>(name: &str, each: &mut E) -> Option<E::Out> {

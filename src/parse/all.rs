@@ -5,6 +5,7 @@
 
 use super::options::{check_options, exclusive, own_option, value_of, CheckOptions};
 use super::syntax::{Syntax, MAX_OWN_OPTIONS};
+use crate::algorithms::registry::Listed;
 use crate::algorithms::Algorithm;
 use crate::error::{shown, CommandError};
 
@@ -28,6 +29,13 @@ macro_rules! tiers {
         })*
 
         impl Tier {
+            /// Calls `visitor` with the tier's algorithm and parameters.
+            pub fn visit<V: TierVisitor>(self, visitor: V) -> V::Out {
+                match self {
+                    $(Tier::$ty(params) => visitor.tier::<crate::algorithms::$module::$ty>(params),)*
+                }
+            }
+
             /// The registry tag of the tier's algorithm.
             pub fn tag(&self) -> u8 {
                 match self {
@@ -53,6 +61,13 @@ macro_rules! tiers {
     };
 }
 crate::registry!(tiers);
+
+/// What to do with one tier of `RL.ALL`, whichever its algorithm (see
+/// [`Tier::visit`]).
+pub trait TierVisitor {
+    type Out;
+    fn tier<A: Listed>(self, params: A::Params) -> Self::Out;
+}
 
 /// The parameters of an algorithm of the registry, as its tier.
 pub trait IntoTier {
