@@ -57,6 +57,10 @@ impl SplitMix64 {
     }
 }
 
+/// The decision on each request of a pattern, for one algorithm with its
+/// parameters.
+type Run = Rc<dyn Fn(&[i64]) -> Vec<Decision>>;
+
 /// One algorithm with its parameters, whichever algorithm of the registry.
 #[derive(Clone)]
 pub struct Limiter {
@@ -65,7 +69,7 @@ pub struct Limiter {
     name: String,
     /// The parameters (and own options) as a command writes them.
     words: Vec<String>,
-    run: Rc<dyn Fn(&[i64]) -> Vec<Decision>>,
+    run: Run,
 }
 
 impl std::fmt::Debug for Limiter {

@@ -543,6 +543,9 @@ pub struct Spec {
     /// How many of `params` are the algorithm's parameters; its own options
     /// follow them.
     pub param_count: usize,
+    /// The parameters' names (`Syntax::PARAMS`), as `RL.INFO` shows them
+    /// (a duration with `_ms`, a rate with `_per_s`).
+    pub param_names: Vec<&'static str>,
 }
 
 impl Spec {
@@ -554,6 +557,7 @@ impl Spec {
             command: command.to_string(),
             params: params.iter().map(|w| w.to_string()).collect(),
             param_count: params.len(),
+            param_names: vec![],
         }
     }
 
@@ -586,6 +590,10 @@ impl Each for LimitOf {
             command: command_of(A::NAME),
             params: A::limit_of(self.limit, self.window_ms).to_words(),
             param_count: <A::Params as Syntax>::PARAMS.len(),
+            param_names: <A::Params as Syntax>::PARAMS
+                .iter()
+                .map(|w| w.name)
+                .collect(),
         }
     }
 }
