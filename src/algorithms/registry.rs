@@ -95,12 +95,20 @@ const fn same(a: &[u8], b: &[u8]) -> bool {
 /// What every algorithm of the registry is, so that code generic over them
 /// (tests, fuzz targets, the accuracy study, benches) can ask it of any.
 pub trait Listed:
-    super::Algorithm<Params: 'static> + super::penalty::Penalizable + std::fmt::Debug + 'static
+    super::Algorithm<Params: 'static>
+    + super::penalty::Penalizable
+    + PartialEq
+    + std::fmt::Debug
+    + 'static
 {
 }
 
 impl<A> Listed for A where
-    A: super::Algorithm<Params: 'static> + super::penalty::Penalizable + std::fmt::Debug + 'static
+    A: super::Algorithm<Params: 'static>
+        + super::penalty::Penalizable
+        + PartialEq
+        + std::fmt::Debug
+        + 'static
 {
 }
 
