@@ -1,11 +1,17 @@
 //! The fuzz targets (`fuzz/`, `make fuzz`) take their lists of algorithms
-//! from the registry; what they start from is data that cannot: the seeds
-//! and the dictionary. These tests fail when the registry has a stored type
-//! without a seed state, an algorithm without a `parse_args` seed or
-//! dictionary words, or a seed state that no longer decodes.
+//! from the registry, and so do their seeds and dictionary words of each
+//! algorithm (`examples/fuzz_seeds.rs`, from its `Syntax::EXAMPLE`); the
+//! rest is written by hand (`fuzz/seeds/`, `fuzz/parse_args.dict`). These
+//! tests fail when the registry has a stored type without a seed state, an
+//! algorithm without a `parse_args` seed or dictionary words, or a seed
+//! state that no longer decodes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
+
+#[allow(dead_code)]
+#[path = "../examples/fuzz_seeds.rs"]
+mod fuzz_seeds;
 
 use redis_ratelimit::algorithms::penalty::Penalized;
 use redis_ratelimit::algorithms::registry::{each_state, Each, EachState, Listed};
@@ -82,8 +88,20 @@ fn fuzz_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz")
 }
 
-/// The files of a seed folder: name and bytes.
+/// The seeds of a target's folder, name and bytes: those in
+/// `fuzz/seeds/<folder>`, then those made from the registry.
 fn seeds(folder: &str) -> Vec<(String, Vec<u8>)> {
+    let mut seeds = written_seeds(folder);
+    for (into, file, bytes) in fuzz_seeds::generated().0 {
+        if into == folder {
+            seeds.push((format!("{file} (made)"), bytes));
+        }
+    }
+    seeds
+}
+
+/// The files of `fuzz/seeds/<folder>`: name and bytes.
+fn written_seeds(folder: &str) -> Vec<(String, Vec<u8>)> {
     let mut seeds: Vec<(String, Vec<u8>)> =
         std::fs::read_dir(fuzz_dir().join("seeds").join(folder))
             .unwrap()
@@ -156,7 +174,10 @@ fn every_parser_of_parse_args_has_a_seed() {
 
 #[test]
 fn the_parse_args_dictionary_has_every_algorithm_and_option_word() {
-    let dict = std::fs::read_to_string(fuzz_dir().join("parse_args.dict")).unwrap();
+    let mut dict = std::fs::read_to_string(fuzz_dir().join("parse_args.dict")).unwrap();
+    for word in fuzz_seeds::generated().1 {
+        dict.push_str(&format!("\"{word}\"\n"));
+    }
     let entries: Vec<&str> = dict
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
