@@ -10,13 +10,15 @@
 //!   `algorithm name`, `INFO ratelimit` counts `ratelimit_name_allowed`/`_denied`;
 //! - `type_name`, the Redis data type's name (exactly nine characters).
 //!
-//! Everything that lists algorithms is made from this list through
-//! [`registry!`]: the command table and its documentation, the data types,
-//! the dispatch on a state's tag, `RL.ALL`'s tiers, `RL.INFO`, the counters,
-//! the fuzz targets and `make bench` (scripts/bench reads this file).
-//! Adding an algorithm is its file in this folder (the state, its
-//! `Algorithm` and its `Syntax`, with the command's documentation) and one
-//! line here.
+//! Everything that lists algorithms is made from this list: what makes
+//! items (the command table and its documentation, the data types, `RL.ALL`'s
+//! tiers, the counters) through [`registry!`](crate::registry); everything else (tests, fuzz
+//! targets and their seeds, the accuracy study, benches and `make bench`)
+//! through the walk below, [`Each`] with [`each_algorithm`], [`on_tag`] or
+//! [`on_name`], and [`Algorithm::limit_of`](super::Algorithm::limit_of) for
+//! parameters. Adding an algorithm is its file in this folder (the state,
+//! its `Algorithm` and its `Syntax`, with the command's documentation) and
+//! one line here.
 
 /// Calls the macro `$then` with the registry: `algorithms { lines }` then
 /// `others { lines }`, each line as described in the module documentation.
@@ -114,7 +116,7 @@ impl<A> Listed for A where
 
 /// Something to do with an algorithm of the registry, whichever it is: the
 /// one way to go over the registry from code that does not make items (a
-/// table, an enum, an `impl`), which would need [`registry!`] itself.
+/// table, an enum, an `impl`), which would need [`registry!`](crate::registry) itself.
 pub trait Each {
     type Out;
     fn algorithm<A: Listed>(&mut self) -> Self::Out;
