@@ -124,15 +124,18 @@ bench-profile: deps
 # FUZZ_SECONDS, with overflow checks on; needs the nightly toolchain, and
 # installs cargo-fuzz when missing. A finding stops with the input saved in
 # fuzz/artifacts/<target>/; the corpus grows in fuzz/corpus/ (not in git),
-# starting from the seeds in fuzz/seeds/.
+# starting from the seeds in fuzz/seeds/ and those examples/fuzz_seeds.rs
+# makes of every algorithm of the registry (with the dictionary).
 FUZZ_SECONDS ?= 60
+FUZZ_MADE = fuzz/corpus/made
 fuzz: deps
 	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 	cargo +nightly fuzz build
 	mkdir -p fuzz/corpus/parse_args fuzz/corpus/decode_state fuzz/corpus/check_sequence
+	rm -rf $(FUZZ_MADE) && cargo run --example fuzz_seeds -- $(FUZZ_MADE)
 	nice -n 10 cargo +nightly fuzz run parse_args fuzz/corpus/parse_args fuzz/seeds/parse_args \
-		-- -max_total_time=$(FUZZ_SECONDS) -dict=fuzz/parse_args.dict
+		$(FUZZ_MADE)/parse_args -- -max_total_time=$(FUZZ_SECONDS) -dict=$(FUZZ_MADE)/parse_args.dict
 	nice -n 10 cargo +nightly fuzz run decode_state fuzz/corpus/decode_state fuzz/seeds/states \
-		-- -max_total_time=$(FUZZ_SECONDS) -max_len=9000
+		$(FUZZ_MADE)/states -- -max_total_time=$(FUZZ_SECONDS) -max_len=9000
 	nice -n 10 cargo +nightly fuzz run check_sequence fuzz/corpus/check_sequence fuzz/seeds/states \
-		-- -max_total_time=$(FUZZ_SECONDS) -max_len=9000
+		$(FUZZ_MADE)/states -- -max_total_time=$(FUZZ_SECONDS) -max_len=9000

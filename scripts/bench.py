@@ -22,8 +22,9 @@ failure, and killed with this process if it dies), then, in one run:
 5. CL.THROTTLE and INCR on redis-cell, when REDIS_CELL_MODULE names it.
 
 The algorithms are those of src/algorithms/registry.rs, each measured from
-its case in scripts/benchkit/cases.py (the bench stops when the two
-disagree). Prints the tables and the goals, and writes them into
+the case it gives itself (`Algorithm::limit_of`, listed by
+examples/bench_states.rs) or its case in scripts/benchkit/cases.py (a Lua
+twin is optional). Prints the tables and the goals, and writes them into
 docs/benchmarks.md between the markers `<!-- bench:begin -->` and
 `<!-- bench:end -->`. Python 3 standard library only (scripts/benchkit/).
 
@@ -147,7 +148,6 @@ def parse_args():
     p.add_argument("--module", default=default_module())
     p.add_argument("--server", default=os.environ.get("RL_SERVER", "redis-server"))
     p.add_argument("--cell-module", default=os.environ.get("REDIS_CELL_MODULE", ""))
-    p.add_argument("--registry", default=str(ROOT / "src" / "algorithms" / "registry.rs"))
     p.add_argument("--skip", default=os.environ.get("BENCH_SKIP", ""), help=f"comma-separated: {', '.join(PARTS)}")
     p.add_argument("--output", default=str(ROOT / "docs" / "benchmarks.md"))
     p.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
@@ -296,8 +296,8 @@ def main():
             raise Abort(f"{tool} not found: run scripts/ensure-deps.sh (installs redis-server and redis-tools)")
     if not Path(args.module).is_file():
         raise Abort(f"{args.module} is missing: build it with `make build` (or set RL_MODULE)")
-    # First, so that a registry the bench cannot cover stops it at once.
-    algorithms = cases.algorithm_tests(args.registry)
+    # First, so that a case for no algorithm stops the bench at once.
+    algorithms = cases.algorithm_tests(ROOT)
     extra = [cases.CL_THROTTLE]
     lua = cases.LUA_TESTS
     cell_module = args.cell_module

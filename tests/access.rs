@@ -126,27 +126,21 @@ fn the_app_user_runs_every_check_not_setstate_and_a_replica_linked_as_repl_follo
 
     let mut con = connect_as(&primary, "app", &password(&app));
     run(&mut con, &["PING"]).unwrap();
-    let mut keys = vec![];
-    for (words, key) in [
-        (
-            &["RL.TOKENBUCKET", "rl:tb", "5", "0.01", "COST", "2"][..],
-            "rl:tb",
-        ),
-        (
-            &["RL.SLIDINGCOUNTER", "rl:sc", "5", "1h", "PRECISION", "4"],
-            "rl:sc",
-        ),
-        (&["RL.FIXEDWINDOW", "rl:fw", "5", "1h"], "rl:fw"),
-        (&["RL.SLIDINGLOG", "rl:sl", "5", "1h"], "rl:sl"),
-        (&["RL.LEAKYBUCKET", "rl:lb", "5", "0.01"], "rl:lb"),
-        (&["RL.GCRA", "rl:gc", "4", "1", "1h"], "rl:gc"),
-        (&["CL.THROTTLE", "rl:cell", "4", "1", "3600"], "rl:cell"),
-    ] {
+    let mut keys: Vec<String> = vec![];
+    // Every algorithm (5 an hour), and redis-cell's command.
+    let mut specs = every_algorithm(5, HOUR_MS);
+    specs.push(Spec::other("CL.THROTTLE", &["4", "1", "3600"]));
+    for spec in &specs {
+        let key = match spec.name {
+            "" => "rl:cell".to_string(),
+            name => format!("rl:{name}"),
+        };
+        let words = spec.words(&key, &[]);
         for _ in 0..3 {
-            check(&mut con, words);
+            check(&mut con, &words);
         }
-        let mut peek = words.to_vec();
-        if words[0] != "CL.THROTTLE" {
+        let mut peek = words.clone();
+        if spec.command != "CL.THROTTLE" {
             peek.push("PEEK");
         }
         check(&mut con, &peek);
@@ -167,7 +161,7 @@ fn the_app_user_runs_every_check_not_setstate_and_a_replica_linked_as_repl_follo
     for _ in 0..4 {
         run(&mut con, &tiers).unwrap(); // the fourth is denied
     }
-    keys.extend(["rl:{u}:s", "rl:{u}:h"]);
+    keys.extend(["rl:{u}:s".to_string(), "rl:{u}:h".to_string()]);
     run(
         &mut con,
         &["RL.ACQUIRE", "rl:jobs", "3", "1h", "ID", "job-1"],
@@ -182,9 +176,9 @@ fn the_app_user_runs_every_check_not_setstate_and_a_replica_linked_as_repl_follo
             .unwrap(),
         1
     );
-    keys.push("rl:jobs");
+    keys.push("rl:jobs".to_string());
     assert_ne!(
-        run(&mut con, &["RL.INFO", "rl:tb"]).unwrap(),
+        run(&mut con, &["RL.INFO", "rl:tokenbucket"]).unwrap(),
         redis::Value::Nil
     );
     match run(&mut con, &["RL.TOP"]).unwrap() {
@@ -194,17 +188,24 @@ fn the_app_user_runs_every_check_not_setstate_and_a_replica_linked_as_repl_follo
 
     // Denied: the state setter, the replays, and whatever else would reset
     // a limit.
-    let state = dump(&mut admin, "rl:tb").unwrap();
-    let before = digest_value(&mut admin, "rl:tb");
+    let state = dump(&mut admin, "rl:tokenbucket").unwrap();
+    let before = digest_value(&mut admin, "rl:tokenbucket");
     for words in [
-        &["RL.SETSTATE", "rl:tb", "state"][..],
+        &["RL.SETSTATE", "rl:tokenbucket", "state"][..],
         &["RL.SETSTATE", "rl:new", "state", "KEEPTTL"],
-        &["RL.APPLY", "rl:tb", "header", "5", "1"],
-        &["RL.APPLYALL", "header1", "rl:tb", "TOKENBUCKET", "5", "1"],
-        &["DEL", "rl:tb"],
-        &["UNLINK", "rl:tb"],
-        &["EXPIRE", "rl:tb", "0"],
-        &["SET", "rl:tb", "x"],
+        &["RL.APPLY", "rl:tokenbucket", "header", "5", "1"],
+        &[
+            "RL.APPLYALL",
+            "header1",
+            "rl:tokenbucket",
+            "TOKENBUCKET",
+            "5",
+            "1",
+        ],
+        &["DEL", "rl:tokenbucket"],
+        &["UNLINK", "rl:tokenbucket"],
+        &["EXPIRE", "rl:tokenbucket", "0"],
+        &["SET", "rl:tokenbucket", "x"],
         &["FLUSHALL"],
         &["CONFIG", "SET", "ratelimit.max-keys", "5"],
     ] {
@@ -214,7 +215,7 @@ fn the_app_user_runs_every_check_not_setstate_and_a_replica_linked_as_repl_follo
         );
     }
     let restore = redis::cmd("RESTORE")
-        .arg("rl:tb")
+        .arg("rl:tokenbucket")
         .arg(0)
         .arg(&state)
         .arg("REPLACE")
@@ -222,7 +223,7 @@ fn the_app_user_runs_every_check_not_setstate_and_a_replica_linked_as_repl_follo
         .expect_err("RESTORE was allowed");
     assert_eq!(restore.code(), Some("NOPERM"), "{restore:?}");
     assert_eq!(
-        digest_value(&mut admin, "rl:tb"),
+        digest_value(&mut admin, "rl:tokenbucket"),
         before,
         "a refused command changed the key"
     );

@@ -13,16 +13,8 @@ use sim::{
 
 const SEED: u64 = 7;
 
-macro_rules! algorithm_names {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
-        others { $($others:tt)* }
-    ) => {
-        /// The name of every algorithm of the registry.
-        const ALGORITHMS: &[&str] = &[$($name),*];
-    };
-}
-redis_ratelimit::registry!(algorithm_names);
+/// The name of every algorithm of the registry.
+const ALGORITHMS: &[&str] = redis_ratelimit::algorithms::registry::NAMES;
 
 fn pattern(slug: &str) -> Pattern {
     study_patterns(SEED)

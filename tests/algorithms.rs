@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-const SPECS: &[(&str, &[&str])] = LIMIT_5;
-
 #[test]
 fn every_algorithm_allows_its_limit_then_denies_and_a_denial_changes_nothing() {
     let server = Server::start(&[]);
     let mut con = server.connect();
-    for &(cmd, params) in SPECS {
+    for spec in limit_5() {
+        let (cmd, params) = (spec.command.as_str(), spec.params());
+        let params = &params[..];
         let key = format!("lim:{cmd}");
         for left in (0..5).rev() {
             let r = check(&mut con, &command_words(cmd, &key, params, &[]));
@@ -46,7 +46,9 @@ fn every_algorithm_allows_its_limit_then_denies_and_a_denial_changes_nothing() {
 fn peek_on_every_algorithm_changes_nothing() {
     let server = Server::start(&[]);
     let mut con = server.connect();
-    for &(cmd, params) in SPECS {
+    for spec in limit_5() {
+        let (cmd, params) = (spec.command.as_str(), spec.params());
+        let params = &params[..];
         let key = format!("peek:{cmd}");
         let r = check(&mut con, &command_words(cmd, &key, params, &["PEEK"]));
         assert_eq!(&r[..4], &[1, 5, 5, 0], "{cmd}");
@@ -74,13 +76,17 @@ fn each_algorithm_refuses_every_other_type_with_wrongtype() {
     run(&mut con, &["SET", "string", "x"]).unwrap();
     run(&mut con, &["RPUSH", "list", "x"]).unwrap();
     let mut keys = vec!["string".to_string(), "list".to_string()];
-    for &(cmd, params) in SPECS {
+    for spec in limit_5() {
+        let (cmd, params) = (spec.command.as_str(), spec.params());
+        let params = &params[..];
         let key = format!("own:{cmd}");
         check(&mut con, &command_words(cmd, &key, params, &[]));
         keys.push(key);
     }
     let wrongtype = "WRONGTYPE Operation against a key holding the wrong kind of value";
-    for &(cmd, params) in SPECS {
+    for spec in limit_5() {
+        let (cmd, params) = (spec.command.as_str(), spec.params());
+        let params = &params[..];
         for key in &keys {
             if key == &format!("own:{cmd}") {
                 continue;
@@ -266,7 +272,9 @@ fn every_type_survives_reload_and_replicates_by_effect() {
     let mut p = primary.connect();
     let mut r = replica.connect();
     let mut keys = vec![];
-    for &(cmd, params) in SPECS {
+    for spec in limit_5() {
+        let (cmd, params) = (spec.command.as_str(), spec.params());
+        let params = &params[..];
         for i in 0..3 {
             let key = format!("rep:{cmd}:{i}");
             for _ in 0..=i {
@@ -387,7 +395,9 @@ fn memory_per_key_of_every_type() {
     // Key names of one length, so only the values differ.
     run(&mut con, &["INCR", "k:i"]).unwrap();
     let mut report = vec![format!("INCR counter: {} B", usage(&mut con, "k:i"))];
-    for (i, &(cmd, params)) in SPECS.iter().enumerate() {
+    for (i, spec) in limit_5().iter().enumerate() {
+        let (cmd, params) = (spec.command.as_str(), spec.params());
+        let params = &params[..];
         let key = format!("k:{i}");
         check(&mut con, &command_words(cmd, &key, params, &[]));
         report.push(format!("{cmd}: {} B", usage(&mut con, &key)));

@@ -13,19 +13,13 @@ use common::*;
 use redis::Value;
 use serial_test::serial;
 
-/// Every check command with parameters, each called on a key of its own.
-const COMMANDS: &[(&str, &[&str])] = &[
-    ("RL.TOKENBUCKET", &["10", "1"]),
-    ("RL.SLIDINGCOUNTER", &["10", "1m"]),
-    ("RL.FIXEDWINDOW", &["10", "1m"]),
-    ("RL.SLIDINGLOG", &["10", "1m"]),
-    ("RL.LEAKYBUCKET", &["10", "1"]),
-    ("RL.GCRA", &["9", "10", "1m"]),
-    ("CL.THROTTLE", &["9", "10", "60"]),
-];
-// Every algorithm of the registry, once, and redis-cell's command: else the
-// build fails.
-const _: () = every_command_once(COMMANDS, &["CL.THROTTLE"]);
+/// Every check command with parameters, each called on a key of its own:
+/// every algorithm with a limit of 10 a minute, and redis-cell's command.
+fn commands() -> Vec<Spec> {
+    let mut commands = every_algorithm(10, 60_000);
+    commands.push(Spec::other("CL.THROTTLE", &["9", "10", "60"]));
+    commands
+}
 
 /// Waits (up to 2 s) until a replica of every primary has acknowledged the
 /// writes made through `client`, and returns how many did at least (the
@@ -84,7 +78,9 @@ fn every_check_command_is_routed_to_the_primary_of_its_key_and_replicated() {
     let mut cluster = three_primaries_with_a_replica_each();
     let mut client = cluster.client();
     let primaries = cluster.primaries();
-    for &(command, params) in COMMANDS {
+    for spec in commands() {
+        let (command, params) = (spec.command.as_str(), spec.params());
+        let params = &params[..];
         let key = format!("{command}:key");
         let reply = check(&mut client, &command_words(command, &key, params, &[]));
         let allowed = if command == "CL.THROTTLE" { 0 } else { 1 };

@@ -6,6 +6,7 @@ mod common;
 
 use common::*;
 use redis::{Connection, Value};
+use redis_ratelimit::algorithms::registry::{each_algorithm, Each, Listed};
 use redis_ratelimit::parse::syntax::{Kind, OptionWord, Word};
 use redis_ratelimit::parse::Syntax;
 
@@ -18,29 +19,27 @@ struct Declared {
     complexity: &'static str,
 }
 
-macro_rules! declared {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
-        others { $($others:tt)* }
-    ) => {
-        /// Every algorithm of the registry, as its `Syntax` declares its
-        /// check command.
-        fn every_algorithm() -> Vec<Declared> {
-            vec![$({
-                type P = <redis_ratelimit::algorithms::$module::$ty
-                    as redis_ratelimit::algorithms::Algorithm>::Params;
-                Declared {
-                    name: $name,
-                    params: P::PARAMS,
-                    options: P::OPTIONS,
-                    summary: P::SUMMARY,
-                    complexity: P::COMPLEXITY,
-                }
-            },)*]
+/// Reads what an algorithm's `Syntax` declares.
+struct Declare;
+
+impl Each for Declare {
+    type Out = Declared;
+    fn algorithm<A: Listed>(&mut self) -> Declared {
+        Declared {
+            name: A::NAME,
+            params: A::Params::PARAMS,
+            options: A::Params::OPTIONS,
+            summary: A::Params::SUMMARY,
+            complexity: A::Params::COMPLEXITY,
         }
-    };
+    }
 }
-redis_ratelimit::registry!(declared);
+
+/// Every algorithm of the registry, as its `Syntax` declares its check
+/// command.
+fn declared() -> Vec<Declared> {
+    each_algorithm(&mut Declare)
+}
 
 /// How `COMMAND DOCS` types a value of this kind.
 fn type_of(kind: Kind) -> &'static str {
@@ -226,7 +225,7 @@ fn token_bucket_documents_key_capacity_rate_then_cost_and_peek_options() {
 fn every_check_command_is_documented_as_its_algorithm_declares_it() {
     let server = Server::start(&[]);
     let mut con = server.connect();
-    for algorithm in every_algorithm() {
+    for algorithm in declared() {
         let command = command_of(algorithm.name).to_ascii_lowercase();
         let doc = docs(&mut con, &command);
         let mut expected = vec![("key", "key", "", "")];
@@ -305,7 +304,7 @@ fn command_getkeys_finds_the_key_of_every_single_key_command() {
     let mut con = server.connect();
     // Every algorithm's command with a word for each parameter (GETKEYS
     // reads none of them), then the same with options.
-    let mut calls: Vec<Vec<String>> = every_algorithm()
+    let mut calls: Vec<Vec<String>> = declared()
         .iter()
         .map(|a| {
             let mut call = vec![command_of(a.name), "k".to_string()];

@@ -1,19 +1,26 @@
 //! The fuzz targets (`fuzz/`, `make fuzz`) take their lists of algorithms
-//! from the registry; what they start from is data that cannot: the seeds
-//! and the dictionary. These tests fail when the registry has a stored type
-//! without a seed state, an algorithm without a `parse_args` seed or
-//! dictionary words, or a seed state that no longer decodes.
+//! from the registry, and so do their seeds and dictionary words of each
+//! algorithm (`examples/fuzz_seeds.rs`, from its `Syntax::EXAMPLE`); the
+//! rest is written by hand (`fuzz/seeds/`, `fuzz/parse_args.dict`). These
+//! tests fail when the registry has a stored type without a seed state, an
+//! algorithm without a `parse_args` seed or dictionary words, or a seed
+//! state that no longer decodes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 
+#[allow(dead_code)]
+#[path = "../examples/fuzz_seeds.rs"]
+mod fuzz_seeds;
+
 use redis_ratelimit::algorithms::penalty::Penalized;
-use redis_ratelimit::algorithms::{Algorithm, State};
+use redis_ratelimit::algorithms::registry::{each_state, Each, EachState, Listed};
+use redis_ratelimit::algorithms::State;
 use redis_ratelimit::parse::Syntax;
 
 /// A stored type of the registry: its name, and whether bytes decode as it.
 struct Stored {
-    name: &'static str,
+    name: String,
     decodes: fn(&[u8]) -> bool,
 }
 
@@ -27,42 +34,74 @@ fn decodes<S: State>(bytes: &[u8]) -> bool {
     S::decode(bytes).is_ok()
 }
 
-fn own_options<A: Algorithm>() -> Vec<&'static str> {
-    A::Params::OPTIONS.iter().map(|o| o.token).collect()
+/// Reads a stored type of the registry, or an algorithm with its options.
+struct Read;
+
+impl Each for Read {
+    type Out = (Stored, Option<Stored>, Option<Checked>);
+    fn algorithm<A: Listed>(&mut self) -> Self::Out {
+        (
+            Stored {
+                name: A::NAME.to_string(),
+                decodes: decodes::<A>,
+            },
+            Some(Stored {
+                name: format!("penalized {}", A::NAME),
+                decodes: decodes::<Penalized<A>>,
+            }),
+            Some(Checked {
+                name: A::NAME,
+                own_options: A::Params::OPTIONS.iter().map(|o| o.token).collect(),
+            }),
+        )
+    }
 }
 
-macro_rules! registered {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
-        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal;)* }
-    ) => {
-        fn stored() -> Vec<Stored> {
-            vec![
-                $(Stored { name: $name, decodes: decodes::<redis_ratelimit::algorithms::$module::$ty> },)*
-                $(Stored {
-                    name: concat!("penalized ", $name),
-                    decodes: decodes::<Penalized<redis_ratelimit::algorithms::$module::$ty>>,
-                },)*
-                $(Stored { name: $oname, decodes: decodes::<redis_ratelimit::algorithms::$omodule::$oty> },)*
-            ]
-        }
-
-        fn algorithms() -> Vec<Checked> {
-            vec![$(Checked {
-                name: $name,
-                own_options: own_options::<redis_ratelimit::algorithms::$module::$ty>(),
-            },)*]
-        }
-    };
+impl EachState for Read {
+    fn other<S: State + std::fmt::Debug + 'static>(&mut self) -> Self::Out {
+        let stored = Stored {
+            name: S::NAME.to_string(),
+            decodes: decodes::<S>,
+        };
+        (stored, None, None)
+    }
 }
-redis_ratelimit::registry!(registered);
+
+/// Every stored type: each algorithm, plain and penalized, and the others.
+fn stored() -> Vec<Stored> {
+    let mut stored = vec![];
+    for (plain, penalized, _) in each_state(&mut Read) {
+        stored.push(plain);
+        stored.extend(penalized);
+    }
+    stored
+}
+
+fn algorithms() -> Vec<Checked> {
+    each_state(&mut Read)
+        .into_iter()
+        .filter_map(|(_, _, checked)| checked)
+        .collect()
+}
 
 fn fuzz_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz")
 }
 
-/// The files of a seed folder: name and bytes.
+/// The seeds of a target's folder, name and bytes: those in
+/// `fuzz/seeds/<folder>`, then those made from the registry.
 fn seeds(folder: &str) -> Vec<(String, Vec<u8>)> {
+    let mut seeds = written_seeds(folder);
+    for (into, file, bytes) in fuzz_seeds::generated().0 {
+        if into == folder {
+            seeds.push((format!("{file} (made)"), bytes));
+        }
+    }
+    seeds
+}
+
+/// The files of `fuzz/seeds/<folder>`: name and bytes.
+fn written_seeds(folder: &str) -> Vec<(String, Vec<u8>)> {
     let mut seeds: Vec<(String, Vec<u8>)> =
         std::fs::read_dir(fuzz_dir().join("seeds").join(folder))
             .unwrap()
@@ -135,7 +174,10 @@ fn every_parser_of_parse_args_has_a_seed() {
 
 #[test]
 fn the_parse_args_dictionary_has_every_algorithm_and_option_word() {
-    let dict = std::fs::read_to_string(fuzz_dir().join("parse_args.dict")).unwrap();
+    let mut dict = std::fs::read_to_string(fuzz_dir().join("parse_args.dict")).unwrap();
+    for word in fuzz_seeds::generated().1 {
+        dict.push_str(&format!("\"{word}\"\n"));
+    }
     let entries: Vec<&str> = dict
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())

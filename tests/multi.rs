@@ -9,7 +9,8 @@ use std::thread::sleep;
 use std::time::Duration;
 
 use common::{
-    check, digest_value, dump, error_of, every_word_once, exists, pttl, run, Server, ALGORITHMS,
+    check, digest_value, dump, error_of, every_algorithm, exists, pttl, run, Server, Spec,
+    ALGORITHMS,
 };
 use redis::{Connection, Value};
 
@@ -162,61 +163,56 @@ fn all_with_peek_changes_nothing_and_creates_no_key() {
 }
 
 /// One tier of each algorithm, as `RL.ALL` takes it: its word, then its
-/// parameters (limits 10, 20, ... 60) and what remains after a `COST 4`.
-const EVERY_TIER: &[(&str, (&[&str], i64))] = &[
-    ("TOKENBUCKET", (&["10", "1"], 6)),
-    ("SLIDINGCOUNTER", (&["20", "60", "PRECISION", "6"], 16)),
-    ("FIXEDWINDOW", (&["30", "60"], 26)),
-    ("SLIDINGLOG", (&["40", "60"], 36)),
-    ("LEAKYBUCKET", (&["50", "1"], 46)),
-    ("GCRA", (&["59", "60", "60"], 56)),
-];
-// Every algorithm of the registry, once: else the build fails.
-const _: () = every_word_once(EVERY_TIER);
+/// parameters, the `i`-th (from 0) with a limit of `10 * (i + 1)` a minute.
+fn every_tier() -> Vec<Spec> {
+    (0..ALGORITHMS.len())
+        .map(|i| every_algorithm(10 * (i as u64 + 1), 60_000).swap_remove(i))
+        .collect()
+}
 
 #[test]
 fn all_takes_cost_from_every_tier_and_mixes_every_algorithm() {
     let server = Server::start(&[]);
     let mut con = server.connect();
+    let every_tier = every_tier();
     // Key k<i> holds tier i (from 1).
-    let keys: Vec<String> = (1..=EVERY_TIER.len()).map(|i| format!("k{i}")).collect();
-    let key_of = |word: &str| {
-        let i = EVERY_TIER.iter().position(|t| t.0 == word).unwrap();
-        keys[i].as_str()
-    };
-    let numkeys = EVERY_TIER.len().to_string();
-    let mut words = vec![numkeys.as_str()];
-    words.extend(keys.iter().map(String::as_str));
-    for (word, (params, _)) in EVERY_TIER {
-        words.push(word);
-        words.extend_from_slice(params);
+    let keys: Vec<String> = (1..=every_tier.len()).map(|i| format!("k{i}")).collect();
+    let tier_of = |name: &str| every_tier.iter().position(|t| t.name == name).unwrap();
+    let numkeys = every_tier.len().to_string();
+    let mut words = vec![numkeys.clone()];
+    words.extend(keys.iter().cloned());
+    for tier in &every_tier {
+        words.push(tier.word());
+        words.extend(tier.params.iter().cloned());
     }
-    words.extend(["COST", "4"]);
+    words.extend(["COST".to_string(), "4".to_string()]);
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
     let (combined, tiers) = all(&mut con, &words);
     assert_eq!(&combined[..3], &[1, 10, 6]);
     let remaining: Vec<i64> = tiers.iter().map(|t| t[2]).collect();
-    let expected: Vec<i64> = EVERY_TIER.iter().map(|t| t.1 .1).collect();
+    // What remains after a `COST 4`.
+    let expected: Vec<i64> = (1..=every_tier.len() as i64).map(|i| 10 * i - 4).collect();
     assert_eq!(remaining, expected);
-    let leaky = EVERY_TIER
-        .iter()
-        .position(|t| t.0 == "LEAKYBUCKET")
-        .unwrap();
     assert_eq!(
-        tiers[leaky].len(),
+        tiers[tier_of("leakybucket")].len(),
         6,
         "the leaky bucket's tier carries delay_ms"
     );
     // The same keys answer their own commands with what RL.ALL took.
+    let fixed = &every_tier[tier_of("fixedwindow")];
+    let fixed_key = &keys[tier_of("fixedwindow")];
     assert_eq!(
-        check(
-            &mut con,
-            &["RL.FIXEDWINDOW", key_of("FIXEDWINDOW"), "30", "60", "PEEK"]
-        )[2],
-        26
+        check(&mut con, &fixed.words(fixed_key, &["PEEK"]))[2],
+        expected[tier_of("fixedwindow")]
     );
-    let sc = info(&mut con, key_of("SLIDINGCOUNTER")).unwrap();
-    assert_eq!(int(&sc, "precision"), 6);
-    assert_eq!(int(&sc, "remaining"), 16);
+    // An algorithm's own option given in RL.ALL is taken.
+    let sliding = &every_tier[tier_of("slidingcounter")];
+    let precision = sliding.params[sliding.param_count + 1]
+        .parse::<i64>()
+        .unwrap();
+    let sc = info(&mut con, &keys[tier_of("slidingcounter")]).unwrap();
+    assert_eq!(int(&sc, "precision"), precision);
+    assert_eq!(int(&sc, "remaining"), expected[tier_of("slidingcounter")]);
 }
 
 #[test]
@@ -669,7 +665,6 @@ fn info_tells_the_algorithm_its_parameters_state_and_ttl() {
             ],
         ),
     ];
-    let mut named = vec![text(&tb, "algorithm")];
     for (words, name, fields) in cases {
         check(&mut con, words);
         let map = info(&mut con, words[1]).unwrap();
@@ -678,15 +673,30 @@ fn info_tells_the_algorithm_its_parameters_state_and_ttl() {
             assert_eq!(int(&map, field), *value, "{name} {field}");
         }
         assert!(int(&map, "ttl_ms") > 0);
-        named.push(text(&map, "algorithm"));
     }
-    named.sort();
-    let mut registry: Vec<&str> = ALGORITHMS.to_vec();
-    registry.sort();
-    assert_eq!(
-        named, registry,
-        "a case above for every algorithm of the registry, and for nothing else"
-    );
+    // And every algorithm of the registry: its name, each parameter as given
+    // (under its name, a unit appended), what remains and its TTL.
+    for spec in every_algorithm(5, 3_600_000) {
+        let key = format!("info:{}", spec.name);
+        check(&mut con, &spec.words(&key, &[]));
+        let map = info(&mut con, &key).unwrap();
+        assert_eq!(text(&map, "algorithm"), spec.name);
+        for (name, word) in spec.param_names.iter().zip(&spec.params) {
+            let (field, value) = [
+                name.to_string(),
+                format!("{name}_ms"),
+                format!("{name}_per_s"),
+            ]
+            .into_iter()
+            .find_map(|field| map.get(&field).map(|value| (field, value)))
+            .unwrap_or_else(|| panic!("{}: RL.INFO does not show {name}: {map:?}", spec.name));
+            let shown: f64 = redis::from_redis_value(value.clone()).unwrap();
+            let given: f64 = word.trim_end_matches("ms").parse().unwrap();
+            assert_eq!(shown, given, "{} {field}", spec.name);
+        }
+        assert_eq!(int(&map, "remaining"), 4, "{}", spec.name);
+        assert!(int(&map, "ttl_ms") > 0, "{}", spec.name);
+    }
     acquire(&mut con, &["conc", "4", "1m", "ID", "w1"]);
     let conc = info(&mut con, "conc").unwrap();
     assert_eq!(text(&conc, "algorithm"), "concurrency");

@@ -14,12 +14,10 @@ use std::time::{Duration, Instant};
 use common::*;
 use redis::Value;
 
-const SPECS: &[(&str, &[&str])] = LIMIT_5;
-
 const HOUR_MS: i64 = 3_600_000;
-/// Longer than any algorithm's own wait under `SPECS` (the sliding counter's
-/// can pass the hour by up to one 20-minute bucket, depending on where the
-/// wall clock falls in its bucket), so the reply's wait is the penalty's.
+/// Longer than any algorithm's own wait under `limit_5()` (under an hour
+/// and a third, see `Algorithm::limit_of`), so the reply's wait is the
+/// penalty's.
 const PENALTY: &str = "2h";
 const PENALTY_MS: i64 = 2 * HOUR_MS;
 
@@ -42,7 +40,9 @@ fn key_type(con: &mut redis::Connection, key: &str) -> String {
 fn every_algorithm_locks_its_key_on_a_denial_with_a_penalty_and_never_extends_it() {
     let server = Server::start(&[]);
     let mut con = server.connect();
-    for &(cmd, params) in SPECS {
+    for spec in limit_5() {
+        let (cmd, params) = (spec.command.as_str(), spec.params());
+        let params = &params[..];
         let key = format!("login:{cmd}");
         let with_penalty = command_words(cmd, &key, params, &["PENALTY", PENALTY]);
         for _ in 0..5 {
@@ -114,7 +114,9 @@ fn every_algorithm_locks_its_key_on_a_denial_with_a_penalty_and_never_extends_it
 fn a_request_that_can_never_pass_starts_no_penalty() {
     let server = Server::start(&[]);
     let mut con = server.connect();
-    for &(cmd, params) in SPECS {
+    for spec in limit_5() {
+        let (cmd, params) = (spec.command.as_str(), spec.params());
+        let params = &params[..];
         let key = format!("k:{cmd}");
         let r = check(
             &mut con,

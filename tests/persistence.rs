@@ -10,78 +10,24 @@ use common::*;
 use redis::Connection;
 use serial_test::serial;
 
-/// The keys of one algorithm: the prefix of their names, and the
-/// parameters of the `i`-th (the sliding counter's precision varies).
-struct Keys {
-    prefix: &'static str,
-    params: fn(u64) -> Vec<String>,
-}
-
-/// Each algorithm's command and its keys.
-const KEYED: &[(&str, Keys)] = &[
-    (
-        "RL.TOKENBUCKET",
-        Keys {
-            prefix: "tb",
-            params: |_| words(&["10", "0.01"]),
-        },
-    ),
-    (
-        "RL.SLIDINGCOUNTER",
-        Keys {
-            prefix: "sc",
-            params: |i| words(&["100", "1h", "PRECISION", &(i * 7 + 1).to_string()]),
-        },
-    ),
-    (
-        "RL.FIXEDWINDOW",
-        Keys {
-            prefix: "RL.FIXEDWINDOW",
-            params: |_| words(&["10", "1h"]),
-        },
-    ),
-    (
-        "RL.SLIDINGLOG",
-        Keys {
-            prefix: "RL.SLIDINGLOG",
-            params: |_| words(&["10", "1h"]),
-        },
-    ),
-    (
-        "RL.LEAKYBUCKET",
-        Keys {
-            prefix: "RL.LEAKYBUCKET",
-            params: |_| words(&["10", "0.01"]),
-        },
-    ),
-    (
-        "RL.GCRA",
-        Keys {
-            prefix: "RL.GCRA",
-            params: |_| words(&["9", "1", "1h"]),
-        },
-    ),
-];
-// Every algorithm of the registry, once: else the build fails.
-const _: () = every_command_once(KEYED, &[]);
-
-fn words(words: &[&str]) -> Vec<String> {
-    words.iter().map(|w| w.to_string()).collect()
-}
-
-/// A few keys of each type, in states other than fresh.
+/// A few keys of each type, in states other than fresh: of every algorithm
+/// (10 an hour), of sliding counters cut into more and more buckets, and of
+/// redis-cell's command.
 fn make_keys(con: &mut Connection) -> Vec<String> {
     let mut keys = vec![];
     for i in 0..5 {
         let cost = (i + 1).to_string();
-        for (cmd, of) in KEYED {
-            let key = format!("{}:{i}", of.prefix);
-            let mut args = vec![cmd.to_string(), key.clone()];
-            args.extend((of.params)(i));
-            args.extend(["COST".to_string(), cost.clone()]);
-            check(con, &args.iter().map(String::as_str).collect::<Vec<_>>());
+        let precision = (i * 7 + 1).to_string();
+        let sliding_counter =
+            Spec::other("RL.SLIDINGCOUNTER", &["100", "1h", "PRECISION", &precision]);
+        for spec in every_algorithm(10, HOUR_MS) {
+            let key = format!("{}:{i}", spec.command);
+            check(con, &spec.words(&key, &["COST", &cost]));
             keys.push(key);
         }
+        let key = format!("sc:{i}");
+        check(con, &sliding_counter.words(&key, &["COST", &cost]));
+        keys.push(key);
     }
     check(con, &["CL.THROTTLE", "cell", "4", "10", "60"]);
     keys.push("cell".into());
@@ -105,7 +51,9 @@ fn debug_reload_keeps_every_state_and_ttl() {
     for k in &keys {
         assert!(pttl(&mut con, k) > 0, "{k} lost its TTL");
     }
-    let r = check(&mut con, &["RL.TOKENBUCKET", "tb:4", "10", "0.01", "PEEK"]);
+    let specs = every_algorithm(10, HOUR_MS);
+    let bucket = specs.iter().find(|s| s.name == "tokenbucket").unwrap();
+    let r = check(&mut con, &bucket.words("RL.TOKENBUCKET:4", &["PEEK"]));
     assert_eq!(&r[..3], &[1, 10, 5]);
 }
 
@@ -155,34 +103,15 @@ fn aof_rewrite_then_restart_keeps_every_state() {
 }
 
 /// The commands of the replica test, each with its parameters for a
-/// `choice` from 0 to 2: every algorithm, and redis-cell's command on GCRA.
-type Mixed = (&'static str, fn(u64) -> Vec<String>);
-const MIXED: &[Mixed] = &[
-    ("RL.TOKENBUCKET", |choice| {
-        words(&[&(20 + choice * 5).to_string(), "0.5"])
-    }),
-    ("RL.SLIDINGCOUNTER", |choice| {
-        words(&["30", "10m", "PRECISION", &(1 + choice * 5).to_string()])
-    }),
-    ("RL.FIXEDWINDOW", |choice| {
-        words(&[&(30 + choice).to_string(), "1h"])
-    }),
-    ("RL.SLIDINGLOG", |choice| {
-        words(&[&(30 + choice).to_string(), "10m"])
-    }),
-    ("RL.LEAKYBUCKET", |choice| {
-        words(&[&(20 + choice).to_string(), "0.5"])
-    }),
-    ("RL.GCRA", |choice| {
-        words(&[&(20 + choice).to_string(), "1", "2s"])
-    }),
-    ("CL.THROTTLE", |choice| {
-        words(&[&(20 + choice).to_string(), "1", "2"])
-    }),
-];
-// Every algorithm of the registry, once, and redis-cell's command: else the
-// build fails.
-const _: () = every_command_once(MIXED, &["CL.THROTTLE"]);
+/// `choice` from 0 to 2 (limits 20, 25, 30 over 40 s, 10 min, 1 h): every
+/// algorithm, and redis-cell's command on GCRA.
+fn mixed(choice: u64) -> Vec<Spec> {
+    let window_ms = [40_000, 600_000, HOUR_MS][choice as usize];
+    let mut mixed = every_algorithm(20 + choice * 5, window_ms);
+    let limit = (20 + choice).to_string();
+    mixed.push(Spec::other("CL.THROTTLE", &[&limit, "1", "2"]));
+    mixed
+}
 
 #[test]
 #[serial(heavy)]
@@ -205,11 +134,12 @@ fn a_replica_holds_exactly_the_primary_state() {
         let key = format!("k:{}", next(40));
         let cost = (next(4) + 1).to_string();
         let peek = next(10) == 0;
-        let kind = key.trim_start_matches("k:").parse::<u64>().unwrap() as usize % MIXED.len();
         let choice = next(3);
-        let (command, params) = MIXED[kind];
+        let mixed = mixed(choice);
+        let kind = key.trim_start_matches("k:").parse::<u64>().unwrap() as usize % mixed.len();
+        let command = mixed[kind].command.as_str();
         let mut cmd = vec![command.to_string(), key.clone()];
-        cmd.extend(params(choice));
+        cmd.extend(mixed[kind].params.iter().cloned());
         if command == "CL.THROTTLE" {
             // redis-cell's form takes a quantity, no options.
             let words: Vec<&str> = cmd.iter().map(String::as_str).collect();

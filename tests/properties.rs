@@ -6,35 +6,31 @@
 //! log, GCRA) are property-tested beside their code in `src/algorithms/`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::fmt::Debug;
+use std::any::Any;
 
 use proptest::prelude::*;
 use proptest::strategy::BoxedStrategy;
+use proptest::test_runner::{TestCaseError, TestRunner};
 use redis_ratelimit::algorithms::concurrency::{LeaseParams, Leases};
-use redis_ratelimit::algorithms::fixed_window::{FixedWindow, FixedWindowParams};
-use redis_ratelimit::algorithms::gcra::{Gcra, GcraParams};
+use redis_ratelimit::algorithms::fixed_window::FixedWindowParams;
+use redis_ratelimit::algorithms::gcra::GcraParams;
 use redis_ratelimit::algorithms::leaky_bucket::{LeakyBucket, LeakyBucketParams};
-use redis_ratelimit::algorithms::sliding_counter::{SlidingCounter, SlidingCounterParams};
-use redis_ratelimit::algorithms::sliding_log::{SlidingLog, SlidingLogParams};
+use redis_ratelimit::algorithms::registry::{each_algorithm, Each, Listed, OTHER_TAGS};
+use redis_ratelimit::algorithms::sliding_counter::SlidingCounterParams;
+use redis_ratelimit::algorithms::sliding_log::SlidingLogParams;
 use redis_ratelimit::algorithms::token_bucket::{TokenBucket, TokenBucketParams};
 use redis_ratelimit::algorithms::{
     Algorithm, Decision, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS,
 };
+use redis_ratelimit::parse::check_args;
+use redis_ratelimit::parse::syntax::Kind;
+use redis_ratelimit::parse::Syntax;
 
 const T0: i64 = 1_700_000_000_000;
 
 /// Rates (per second) that give whole, fractional and sub-millisecond
 /// intervals.
 const RATES: [f64; 10] = [0.3, 0.5, 1.0, 2.0, 3.0, 7.0, 10.0, 33.3, 250.0, 1000.0];
-
-/// An algorithm under test: how to make parameters, and its limit. Every
-/// algorithm of the registry needs an impl (see [`every_algorithm_keeps`]).
-trait Subject: Algorithm + PartialEq + Debug {
-    /// Mostly small parameters, where limits are hit often; sometimes the
-    /// largest ones accepted.
-    fn params_strategy() -> BoxedStrategy<Self::Params>;
-    fn limit(params: &Self::Params) -> u64;
-}
 
 fn amount_small_or_wide(small: std::ops::Range<u64>) -> BoxedStrategy<u64> {
     prop_oneof![4 => small, 1 => 1..=MAX_AMOUNT].boxed()
@@ -44,100 +40,123 @@ fn window_small_or_wide() -> BoxedStrategy<u64> {
     prop_oneof![4 => 1u64..5000, 1 => 1..=MAX_DURATION_MS].boxed()
 }
 
-impl Subject for TokenBucket {
-    fn params_strategy() -> BoxedStrategy<TokenBucketParams> {
-        (
-            amount_small_or_wide(1..20),
-            prop::sample::select(&RATES[..]),
-        )
-            .prop_map(|(capacity, rate_per_s)| TokenBucketParams {
-                capacity,
-                rate_per_s,
-            })
-            .boxed()
-    }
-    fn limit(p: &TokenBucketParams) -> u64 {
-        p.capacity
-    }
-}
-
-impl Subject for LeakyBucket {
-    fn params_strategy() -> BoxedStrategy<LeakyBucketParams> {
-        (
-            amount_small_or_wide(1..20),
-            prop::sample::select(&RATES[..]),
-        )
-            .prop_map(|(capacity, rate_per_s)| LeakyBucketParams {
-                capacity,
-                rate_per_s,
-            })
-            .boxed()
-    }
-    fn limit(p: &LeakyBucketParams) -> u64 {
-        p.capacity
-    }
-}
-
-impl Subject for FixedWindow {
-    fn params_strategy() -> BoxedStrategy<FixedWindowParams> {
-        (amount_small_or_wide(1..30), window_small_or_wide())
-            .prop_map(|(limit, window_ms)| FixedWindowParams { limit, window_ms })
-            .boxed()
-    }
-    fn limit(p: &FixedWindowParams) -> u64 {
-        p.limit
-    }
-}
-
-impl Subject for SlidingLog {
-    fn params_strategy() -> BoxedStrategy<SlidingLogParams> {
-        (amount_small_or_wide(1..30), window_small_or_wide())
-            .prop_map(|(limit, window_ms)| SlidingLogParams { limit, window_ms })
-            .boxed()
-    }
-    fn limit(p: &SlidingLogParams) -> u64 {
-        p.limit
-    }
-}
-
-impl Subject for SlidingCounter {
-    /// Precision up to 60: a denied check walks `precision^2` counters, too
-    /// slow for hundreds of cases in a debug build at 1000.
-    fn params_strategy() -> BoxedStrategy<SlidingCounterParams> {
-        (
-            amount_small_or_wide(1..30),
-            window_small_or_wide(),
-            prop_oneof![1u16..=12, Just(60)],
-        )
-            .prop_map(|(limit, window_ms, precision)| SlidingCounterParams {
-                limit,
-                window_ms,
-                precision,
-            })
-            .boxed()
-    }
-    fn limit(p: &SlidingCounterParams) -> u64 {
-        p.limit
+/// Parameters of an algorithm of the registry: mostly small ones, where
+/// limits are hit often; sometimes the largest ones accepted. Tuned by hand
+/// for the algorithms below, made from the algorithm's `Syntax` for any
+/// other (see [`from_words`]).
+fn params_strategy<A: Listed>() -> BoxedStrategy<A::Params> {
+    let tuned: Box<dyn Any> = match A::NAME {
+        "tokenbucket" => Box::new(
+            (
+                amount_small_or_wide(1..20),
+                prop::sample::select(&RATES[..]),
+            )
+                .prop_map(|(capacity, rate_per_s)| TokenBucketParams {
+                    capacity,
+                    rate_per_s,
+                })
+                .boxed(),
+        ),
+        "leakybucket" => Box::new(
+            (
+                amount_small_or_wide(1..20),
+                prop::sample::select(&RATES[..]),
+            )
+                .prop_map(|(capacity, rate_per_s)| LeakyBucketParams {
+                    capacity,
+                    rate_per_s,
+                })
+                .boxed(),
+        ),
+        "fixedwindow" => Box::new(
+            (amount_small_or_wide(1..30), window_small_or_wide())
+                .prop_map(|(limit, window_ms)| FixedWindowParams { limit, window_ms })
+                .boxed(),
+        ),
+        "slidinglog" => Box::new(
+            (amount_small_or_wide(1..30), window_small_or_wide())
+                .prop_map(|(limit, window_ms)| SlidingLogParams { limit, window_ms })
+                .boxed(),
+        ),
+        // Precision up to 60: a denied check walks `precision^2` counters,
+        // too slow for hundreds of cases in a debug build at 1000.
+        "slidingcounter" => Box::new(
+            (
+                amount_small_or_wide(1..30),
+                window_small_or_wide(),
+                prop_oneof![1u16..=12, Just(60)],
+            )
+                .prop_map(|(limit, window_ms, precision)| SlidingCounterParams {
+                    limit,
+                    window_ms,
+                    precision,
+                })
+                .boxed(),
+        ),
+        "gcra" => Box::new(
+            (
+                amount_small_or_wide(1..10),
+                1u64..20,
+                window_small_or_wide(),
+            )
+                .prop_map(|(limit, count, period_ms)| GcraParams {
+                    burst: limit - 1,
+                    count,
+                    period_ms,
+                })
+                .boxed(),
+        ),
+        _ => return from_words::<A>(),
+    };
+    match tuned.downcast::<BoxedStrategy<A::Params>>() {
+        Ok(strategy) => *strategy,
+        Err(_) => panic!("{}: a tuned strategy of other parameters", A::NAME),
     }
 }
 
-impl Subject for Gcra {
-    fn params_strategy() -> BoxedStrategy<GcraParams> {
-        (
-            amount_small_or_wide(1..10),
-            1u64..20,
-            window_small_or_wide(),
-        )
-            .prop_map(|(limit, count, period_ms)| GcraParams {
-                burst: limit - 1,
-                count,
-                period_ms,
-            })
-            .boxed()
-    }
-    fn limit(p: &GcraParams) -> u64 {
-        p.limit()
-    }
+/// Parameters as a client writes them: a word for each of the algorithm's
+/// `Syntax::PARAMS` by its kind, sometimes each of its own options with a
+/// small value, kept when the parser accepts them.
+fn from_words<A: Listed>() -> BoxedStrategy<A::Params> {
+    let word = |kind: Kind| -> BoxedStrategy<String> {
+        match kind {
+            Kind::Integer => amount_small_or_wide(0..30)
+                .prop_map(|n| n.to_string())
+                .boxed(),
+            Kind::Decimal => prop::sample::select(&RATES[..])
+                .prop_map(|r| r.to_string())
+                .boxed(),
+            Kind::Duration => window_small_or_wide()
+                .prop_map(|ms| format!("{ms}ms"))
+                .boxed(),
+        }
+    };
+    let params: Vec<BoxedStrategy<String>> =
+        A::Params::PARAMS.iter().map(|w| word(w.kind)).collect();
+    let options: Vec<BoxedStrategy<Option<(String, String)>>> = A::Params::OPTIONS
+        .iter()
+        .map(|o| {
+            let small = prop_oneof![1u64..=12, Just(60)].prop_map(|n| n.to_string());
+            prop::option::of(small.prop_map(move |v| (o.token.to_string(), v))).boxed()
+        })
+        .collect();
+    (params, options)
+        .prop_filter_map("parameters the parser accepts", |(params, options)| {
+            let mut words = params;
+            for (token, value) in options.into_iter().flatten() {
+                words.extend([token, value]);
+            }
+            let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+            check_args::<A::Params>(&args)
+                .ok()
+                .map(|(params, _)| params)
+        })
+        .boxed()
+}
+
+/// The most `params` allow at once, as a fresh state tells it.
+fn limit<A: Algorithm>(params: &A::Params) -> u64 {
+    A::fresh(*params, T0).check(T0, 1, Mode::Peek).limit
 }
 
 /// One command of a random sequence.
@@ -152,7 +171,7 @@ struct Op<P> {
     new_params: Option<P>,
 }
 
-fn ops<A: Subject>() -> impl Strategy<Value = (A::Params, Vec<Op<A::Params>>)> {
+fn ops<A: Listed>() -> impl Strategy<Value = (A::Params, Vec<Op<A::Params>>)> {
     let step = prop_oneof![
         3 => Just(0i64),
         3 => 0i64..3,
@@ -166,7 +185,7 @@ fn ops<A: Subject>() -> impl Strategy<Value = (A::Params, Vec<Op<A::Params>>)> {
         step,
         cost,
         prop::bool::weighted(0.25),
-        prop::option::weighted(0.1, A::params_strategy()),
+        prop::option::weighted(0.1, params_strategy::<A>()),
     )
         .prop_map(|(step_ms, cost_seed, peek, new_params)| Op {
             step_ms,
@@ -174,7 +193,7 @@ fn ops<A: Subject>() -> impl Strategy<Value = (A::Params, Vec<Op<A::Params>>)> {
             peek,
             new_params,
         });
-    (A::params_strategy(), prop::collection::vec(op, 1..120))
+    (params_strategy::<A>(), prop::collection::vec(op, 1..120))
 }
 
 /// A cost from 1 to `limit + 1` (one that can never be allowed).
@@ -222,7 +241,7 @@ fn command<A: Algorithm>(
 
 /// Runs `ops` from a missing key, calling `each` with the state before and
 /// after every command and whether it took.
-fn run<A: Subject>(
+fn run<A: Listed>(
     params: A::Params,
     ops: Vec<Op<A::Params>>,
     mut each: impl FnMut(
@@ -241,7 +260,7 @@ fn run<A: Subject>(
             params = p;
         }
         now += op.step_ms;
-        let cost = cost(op.cost_seed, A::limit(&params));
+        let cost = cost(op.cost_seed, limit::<A>(&params));
         let mode = mode(op.peek);
         let before = state.clone();
         let (_, taken) = command(&mut state, params, now, cost, mode);
@@ -250,122 +269,156 @@ fn run<A: Subject>(
     Ok(())
 }
 
-/// The properties every algorithm has, as one test each per algorithm of
-/// the registry (in a module named as the algorithm's): an algorithm added
-/// there without a [`Subject`] impl does not build. The registry's other
-/// states each have their own test, which an [`OwnProperties`] impl names.
-macro_rules! every_algorithm_keeps {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
-        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal;)* }
-    ) => {
-        $(const _: fn() = has_own_properties::<redis_ratelimit::algorithms::$omodule::$oty>;)*
-        $(
-        mod $module {
-            use super::*;
-
-            type Tested = redis_ratelimit::algorithms::$module::$ty;
-
-            proptest! {
-                /// A peek on a stored key, in place, answers without
-                /// changing a byte of the state; on a copy it gives nothing
-                /// to store.
-                #[test]
-                fn a_peek_never_changes_the_stored_state((params, ops) in ops::<Tested>()) {
-                    run::<Tested>(params, ops, |_, after, params, now, cost, _, _| {
-                        let Some(state) = after else { return Ok(()) };
-                        let bytes = encode(state);
-                        let mut peeked = state.clone();
-                        let (_, changed) = peeked.check_stored(params, now, cost, Mode::Peek);
-                        prop_assert!(!changed);
-                        prop_assert_eq!(encode(&peeked), bytes);
-                        let (_, next) =
-                            <Tested>::check_with(Some(state), params, now, cost, Mode::Peek);
-                        prop_assert!(next.is_none());
-                        Ok(())
-                    })?;
-                }
-
-                /// Whatever a command leaves stored decodes back to the same
-                /// state and the same bytes, and a denial or a peek leaves the
-                /// stored bytes as they were.
-                #[test]
-                fn every_reachable_state_round_trips_through_its_encoding(
-                    (params, ops) in ops::<Tested>(),
-                ) {
-                    run::<Tested>(params, ops, |before, after, _, _, _, _, taken| {
-                        if !taken {
-                            prop_assert_eq!(before.as_ref().map(encode), after.as_ref().map(encode));
-                        }
-                        if let Some(state) = after {
-                            let bytes = encode(state);
-                            let decoded = <Tested>::decode(&bytes);
-                            prop_assert_eq!(decoded.as_ref(), Ok(state));
-                            prop_assert_eq!(decoded.map(|d| encode(&d)), Ok(bytes));
-                        }
-                        Ok(())
-                    })?;
-                }
-
-                /// A denied request's `retry_after_ms` is exact: the same
-                /// request is still denied a millisecond earlier and allowed
-                /// then (nothing else happening in between), also under
-                /// parameters that changed and are not stored yet.
-                #[test]
-                fn a_denied_requests_retry_after_is_the_first_moment_it_is_allowed(
-                    (params, ops) in ops::<Tested>(),
-                ) {
-                    run::<Tested>(params, ops, |before, _, params, now, cost, _, _| {
-                        let d = <Tested>::check_with(before.as_ref(), params, now, cost, Mode::Peek).0;
-                        if d.allowed || d.retry_after_ms < 0 {
-                            return Ok(());
-                        }
-                        // Measured from the time the check used: a clock
-                        // that stepped back counts as no time passed.
-                        let used = before.as_ref().map_or(now, |s| now.max(s.last_seen_ms()));
-                        // Waits past the last time a state can carry (year
-                        // 287,396) saturate there.
-                        if used.saturating_add(d.retry_after_ms) >= MAX_TIMESTAMP_MS {
-                            return Ok(());
-                        }
-                        let at = used + d.retry_after_ms;
-                        let peek = |t| <Tested>::check_with(before.as_ref(), params, t, cost, Mode::Peek).0;
-                        prop_assert!(!peek(at - 1).allowed, "allowed before {}", d.retry_after_ms);
-                        prop_assert!(peek(at).allowed, "denied after {}", d.retry_after_ms);
-                        Ok(())
-                    })?;
-                }
-
-                /// A replica that only ever decodes the primary's state after
-                /// each taken request (`RL.SETSTATE`) holds the very same
-                /// bytes, and answers the next command as the primary does,
-                /// across changes of parameters too.
-                #[test]
-                fn a_replica_fed_only_the_encoded_state_stays_identical_to_the_primary(
-                    (params, ops) in ops::<Tested>(),
-                ) {
-                    let mut replica: Option<Tested> = None;
-                    run::<Tested>(params, ops, |before, after, params, now, cost, mode, taken| {
-                        let on_replica =
-                            <Tested>::check_with(replica.as_ref(), params, now, cost, mode);
-                        let on_primary =
-                            <Tested>::check_with(before.as_ref(), params, now, cost, mode);
-                        prop_assert_eq!(on_replica.0, on_primary.0);
-                        if taken {
-                            let bytes = after.as_ref().map(encode).unwrap_or_default();
-                            replica = Some(<Tested>::decode(&bytes).expect("decodes"));
-                        }
-                        prop_assert_eq!(replica.as_ref().map(encode), after.as_ref().map(encode));
-                        Ok(())
-                    })?;
-                }
-            }
-        }
-        )*
-    };
+/// A property every algorithm has, over a random sequence of commands.
+trait Property {
+    fn holds<A: Listed>(params: A::Params, ops: Vec<Op<A::Params>>) -> Result<(), TestCaseError>;
 }
 
-redis_ratelimit::registry!(every_algorithm_keeps);
+/// Runs the property `P` on every algorithm of the registry, each with as
+/// many cases as a `proptest!` test, failures saved beside this file.
+struct EveryAlgorithm<P>(std::marker::PhantomData<P>);
+
+impl<P: Property> Each for EveryAlgorithm<P> {
+    type Out = ();
+    fn algorithm<A: Listed>(&mut self) {
+        let config = ProptestConfig {
+            source_file: Some(file!()),
+            ..ProptestConfig::default()
+        };
+        let mut runner = TestRunner::new(config);
+        if let Err(e) = runner.run(&ops::<A>(), |(params, ops)| P::holds::<A>(params, ops)) {
+            panic!("{}: {e}", A::NAME);
+        }
+    }
+}
+
+fn every_algorithm_keeps<P: Property>() {
+    each_algorithm(&mut EveryAlgorithm::<P>(std::marker::PhantomData));
+}
+
+// The registry's other states each have their own test, which an
+// [`OwnProperties`] impl names: a new one without it does not build.
+const _: () = assert!(
+    OTHER_TAGS.len() == 1,
+    "a new other state of the registry needs its own property test"
+);
+const _: fn() = has_own_properties::<Leases>;
+
+/// A peek on a stored key, in place, answers without changing a byte of the
+/// state; on a copy it gives nothing to store.
+struct PeekChangesNothing;
+
+impl Property for PeekChangesNothing {
+    fn holds<A: Listed>(params: A::Params, ops: Vec<Op<A::Params>>) -> Result<(), TestCaseError> {
+        run::<A>(params, ops, |_, after, params, now, cost, _, _| {
+            let Some(state) = after else { return Ok(()) };
+            let bytes = encode(state);
+            let mut peeked = state.clone();
+            let (_, changed) = peeked.check_stored(params, now, cost, Mode::Peek);
+            prop_assert!(!changed);
+            prop_assert_eq!(encode(&peeked), bytes);
+            let (_, next) = A::check_with(Some(state), params, now, cost, Mode::Peek);
+            prop_assert!(next.is_none());
+            Ok(())
+        })
+    }
+}
+
+#[test]
+fn a_peek_never_changes_the_stored_state() {
+    every_algorithm_keeps::<PeekChangesNothing>();
+}
+
+/// Whatever a command leaves stored decodes back to the same state and the
+/// same bytes, and a denial or a peek leaves the stored bytes as they were.
+struct RoundTrips;
+
+impl Property for RoundTrips {
+    fn holds<A: Listed>(params: A::Params, ops: Vec<Op<A::Params>>) -> Result<(), TestCaseError> {
+        run::<A>(params, ops, |before, after, _, _, _, _, taken| {
+            if !taken {
+                prop_assert_eq!(before.as_ref().map(encode), after.as_ref().map(encode));
+            }
+            if let Some(state) = after {
+                let bytes = encode(state);
+                let decoded = A::decode(&bytes);
+                prop_assert_eq!(decoded.as_ref(), Ok(state));
+                prop_assert_eq!(decoded.map(|d| encode(&d)), Ok(bytes));
+            }
+            Ok(())
+        })
+    }
+}
+
+#[test]
+fn every_reachable_state_round_trips_through_its_encoding() {
+    every_algorithm_keeps::<RoundTrips>();
+}
+
+/// A denied request's `retry_after_ms` is exact: the same request is still
+/// denied a millisecond earlier and allowed then (nothing else happening in
+/// between), also under parameters that changed and are not stored yet.
+struct RetryAfterIsExact;
+
+impl Property for RetryAfterIsExact {
+    fn holds<A: Listed>(params: A::Params, ops: Vec<Op<A::Params>>) -> Result<(), TestCaseError> {
+        run::<A>(params, ops, |before, _, params, now, cost, _, _| {
+            let d = A::check_with(before.as_ref(), params, now, cost, Mode::Peek).0;
+            if d.allowed || d.retry_after_ms < 0 {
+                return Ok(());
+            }
+            // Measured from the time the check used: a clock that stepped
+            // back counts as no time passed.
+            let used = before.as_ref().map_or(now, |s| now.max(s.last_seen_ms()));
+            // Waits past the last time a state can carry (year 287,396)
+            // saturate there.
+            if used.saturating_add(d.retry_after_ms) >= MAX_TIMESTAMP_MS {
+                return Ok(());
+            }
+            let at = used + d.retry_after_ms;
+            let peek = |t| A::check_with(before.as_ref(), params, t, cost, Mode::Peek).0;
+            prop_assert!(!peek(at - 1).allowed, "allowed before {}", d.retry_after_ms);
+            prop_assert!(peek(at).allowed, "denied after {}", d.retry_after_ms);
+            Ok(())
+        })
+    }
+}
+
+#[test]
+fn a_denied_requests_retry_after_is_the_first_moment_it_is_allowed() {
+    every_algorithm_keeps::<RetryAfterIsExact>();
+}
+
+/// A replica that only ever decodes the primary's state after each taken
+/// request (`RL.SETSTATE`) holds the very same bytes, and answers the next
+/// command as the primary does, across changes of parameters too.
+struct ReplicaStaysIdentical;
+
+impl Property for ReplicaStaysIdentical {
+    fn holds<A: Listed>(params: A::Params, ops: Vec<Op<A::Params>>) -> Result<(), TestCaseError> {
+        let mut replica: Option<A> = None;
+        run::<A>(
+            params,
+            ops,
+            |before, after, params, now, cost, mode, taken| {
+                let on_replica = A::check_with(replica.as_ref(), params, now, cost, mode);
+                let on_primary = A::check_with(before.as_ref(), params, now, cost, mode);
+                prop_assert_eq!(on_replica.0, on_primary.0);
+                if taken {
+                    let bytes = after.as_ref().map(encode).unwrap_or_default();
+                    replica = Some(A::decode(&bytes).expect("decodes"));
+                }
+                prop_assert_eq!(replica.as_ref().map(encode), after.as_ref().map(encode));
+                Ok(())
+            },
+        )
+    }
+}
+
+#[test]
+fn a_replica_fed_only_the_encoded_state_stays_identical_to_the_primary() {
+    every_algorithm_keeps::<ReplicaStaysIdentical>();
+}
 
 /// A state of the registry's `others`, whose properties are tested by a
 /// test of its own (named in its impl), not by [`every_algorithm_keeps`].

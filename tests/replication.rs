@@ -21,42 +21,35 @@ use serial_test::serial;
 /// Keys the traffic touches: a few dozen, so each sees many changes.
 const KEYS: usize = 24;
 
+/// Every algorithm of the registry, with parameters that keep a key for
+/// hours: 100,000 per 366 days, one regained every 5 minutes.
+fn algorithms() -> &'static [Spec] {
+    static ALGORITHMS: std::sync::OnceLock<Vec<Spec>> = std::sync::OnceLock::new();
+    ALGORITHMS.get_or_init(|| every_algorithm(100_000, 366 * 24 * HOUR_MS))
+}
+
 /// One command of the traffic mix, for the `n`th call on key number `k`.
 /// Parameters keep every key alive for hours, so none expires during a test
 /// (an expiry is replicated as a deletion: also fine, but it would hide a
 /// key from the comparison).
 fn command(k: usize, n: usize) -> Vec<String> {
     let key = format!("k{k}");
-    let words: Vec<String> = match k % 10 {
-        0 => vec!["RL.TOKENBUCKET", &key, "1000", "0.01"]
+    // Every algorithm first, then redis-cell's command,
+    // RL.ALL and the leases.
+    let algorithms = algorithms();
+    let slot = k % (algorithms.len() + 4);
+    let words: Vec<String> = match slot.checked_sub(algorithms.len()) {
+        None => {
+            let spec = &algorithms[slot];
+            let mut words = vec![spec.command.clone(), key];
+            words.extend(spec.params.iter().cloned());
+            words
+        }
+        Some(0) => vec!["CL.THROTTLE", &key, "100000", "1", "7200"]
             .into_iter()
             .map(String::from)
             .collect(),
-        1 => vec!["RL.SLIDINGLOG", &key, "100000", "2h"]
-            .into_iter()
-            .map(String::from)
-            .collect(),
-        2 => vec!["RL.SLIDINGCOUNTER", &key, "100000", "2h", "PRECISION", "12"]
-            .into_iter()
-            .map(String::from)
-            .collect(),
-        3 => vec!["RL.FIXEDWINDOW", &key, "100000", "2h"]
-            .into_iter()
-            .map(String::from)
-            .collect(),
-        4 => vec!["RL.LEAKYBUCKET", &key, "100000", "0.01"]
-            .into_iter()
-            .map(String::from)
-            .collect(),
-        5 => vec!["RL.GCRA", &key, "100000", "1", "2h"]
-            .into_iter()
-            .map(String::from)
-            .collect(),
-        6 => vec!["CL.THROTTLE", &key, "100000", "1", "7200"]
-            .into_iter()
-            .map(String::from)
-            .collect(),
-        7 => {
+        Some(1) => {
             // Tiers in one slot of a cluster would need a hash tag; here
             // they only need to share a server.
             let (a, b) = (format!("{key}:a"), format!("{key}:b"));
@@ -76,7 +69,7 @@ fn command(k: usize, n: usize) -> Vec<String> {
             .map(String::from)
             .collect()
         }
-        8 => {
+        Some(2) => {
             // Leases with drawn ids, some released again.
             if n % 3 == 2 {
                 vec!["RL.RELEASE".to_string(), key, format!("w{}", n - 1)]
@@ -97,7 +90,7 @@ fn command(k: usize, n: usize) -> Vec<String> {
             .collect(),
     };
     let mut words = words;
-    if n % 7 == 3 && matches!(k % 10, 0..=5) {
+    if n % 7 == 3 && slot < algorithms.len() {
         words.extend(["COST".to_string(), "3".to_string()]);
     }
     words

@@ -10,19 +10,6 @@ mod common;
 use common::*;
 use redis::Value;
 
-/// Each algorithm's command with parameters giving a limit of 3 and a slow
-/// refill.
-const SPECS: &[(&str, &[&str])] = &[
-    ("RL.TOKENBUCKET", &["3", "0.001"]),
-    ("RL.SLIDINGCOUNTER", &["3", "1h"]),
-    ("RL.FIXEDWINDOW", &["3", "1h"]),
-    ("RL.SLIDINGLOG", &["3", "1h"]),
-    ("RL.LEAKYBUCKET", &["3", "0.001"]),
-    ("RL.GCRA", &["2", "1", "1h"]),
-];
-// Every algorithm of the registry, once: else the build fails.
-const _: () = every_command_once(SPECS, &[]);
-
 fn count(con: &mut redis::Connection, field: &str) -> i64 {
     info_field(con, "ratelimit", &format!("ratelimit_{field}"))
         .parse()
@@ -33,7 +20,10 @@ fn count(con: &mut redis::Connection, field: &str) -> i64 {
 fn shadow_takes_what_it_allows_and_answers_a_would_be_denial_allowed_with_its_wait() {
     let server = Server::start(&[]);
     let mut con = server.connect();
-    for &(cmd, params) in SPECS {
+    // Every algorithm with a limit of 3 and a slow refill (3 an hour).
+    for spec in every_algorithm(3, HOUR_MS) {
+        let (cmd, params) = (spec.command.as_str(), spec.params());
+        let params = &params[..];
         let key = format!("s:{cmd}");
         let shadow = command_words(cmd, &key, params, &["SHADOW"]);
         for left in (0..3).rev() {

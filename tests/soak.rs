@@ -29,19 +29,13 @@ const PIPELINE: usize = 64;
 const MARGIN_BYTES: i64 = 64 * 1024;
 
 /// Each command with parameters that make a key fresh again within about
-/// two seconds of its last request, so keys expire soon after use.
-const COMMANDS: &[(&str, &[&str])] = &[
-    ("RL.TOKENBUCKET", &["5", "10"]),
-    ("RL.SLIDINGCOUNTER", &["5", "1s"]),
-    ("RL.FIXEDWINDOW", &["5", "1s"]),
-    ("RL.SLIDINGLOG", &["5", "1s"]),
-    ("RL.LEAKYBUCKET", &["5", "10"]),
-    ("RL.GCRA", &["4", "10", "1s"]),
-    ("CL.THROTTLE", &["4", "10", "1"]),
-];
-// Every algorithm of the registry, once, and redis-cell's command: else the
-// build fails (the soak test itself runs only on demand).
-const _: () = every_command_once(COMMANDS, &["CL.THROTTLE"]);
+/// two seconds of its last request, so keys expire soon after use: every
+/// algorithm with 5 a second, and redis-cell's command.
+fn commands() -> Vec<Spec> {
+    let mut commands = every_algorithm(5, 1000);
+    commands.push(Spec::other("CL.THROTTLE", &["4", "10", "1"]));
+    commands
+}
 
 fn setting(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -93,8 +87,9 @@ fn a_minute_on_a_million_expiring_keys_leaves_memory_where_it_started() {
     // Redis keeps a latency histogram (~25 KB) per command from its first
     // call on: call each once before the baseline, so it is not counted as
     // left behind.
-    for &(command, params) in COMMANDS {
-        check(&mut con, &[&[command, "warm-up"], params].concat());
+    let commands = Arc::new(commands());
+    for spec in commands.iter() {
+        check(&mut con, &spec.words("warm-up", &[]));
         run(&mut con, &["DEL", "warm-up"]).unwrap();
     }
     dbsize(&mut con);
@@ -110,6 +105,7 @@ fn a_minute_on_a_million_expiring_keys_leaves_memory_where_it_started() {
     let workers: Vec<_> = (0..clients)
         .map(|c| {
             let (counts, touched, stop) = (counts.clone(), touched.clone(), stop.clone());
+            let commands = commands.clone();
             let port = server.port;
             thread::spawn(move || {
                 let mut con = connect_port(port).unwrap();
@@ -130,8 +126,9 @@ fn a_minute_on_a_million_expiring_keys_leaves_memory_where_it_started() {
                         };
                         touched[n as usize].store(1, Ordering::Relaxed);
                         // A key always gets the same command: no WRONGTYPE.
-                        let (command, params) = COMMANDS[n as usize % COMMANDS.len()];
-                        pipe.cmd(command).arg(format!("k:{n}")).arg(params);
+                        let spec = &commands[n as usize % commands.len()];
+                        let command = spec.command.as_str();
+                        pipe.cmd(command).arg(format!("k:{n}")).arg(&spec.params);
                         // CL.THROTTLE answers 0 when allowed.
                         allowed_flag.push(if command == "CL.THROTTLE" { 0 } else { 1 });
                     }

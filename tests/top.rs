@@ -131,28 +131,28 @@ fn allowed_requests_and_peeks_are_not_counted() {
 }
 
 /// Each command that decides requests, with parameters under which a
-/// request is denied at once.
-const DENIED: [(&str, &[&str]); 7] = [
-    ("RL.TOKENBUCKET", &["1", "1", "COST", "2"]),
-    ("RL.SLIDINGCOUNTER", &["1", "1m", "COST", "2"]),
-    ("RL.FIXEDWINDOW", &["1", "1m", "COST", "2"]),
-    ("RL.SLIDINGLOG", &["1", "1m", "COST", "2"]),
-    ("RL.LEAKYBUCKET", &["1", "1", "COST", "2"]),
-    ("RL.GCRA", &["0", "1", "1s", "COST", "2"]),
-    ("CL.THROTTLE", &["0", "1", "60", "2"]),
-];
-const _: () = every_command_once(&DENIED, &["CL.THROTTLE"]);
+/// request is denied at once: every algorithm with a limit of 1 asked for 2,
+/// and redis-cell's command.
+fn denied() -> Vec<Spec> {
+    let mut denied = every_algorithm(1, 60_000);
+    for spec in &mut denied {
+        spec.params.extend(["COST".to_string(), "2".to_string()]);
+    }
+    denied.push(Spec::other("CL.THROTTLE", &["0", "1", "60", "2"]));
+    denied
+}
 
 #[test]
 fn every_command_that_decides_counts_its_denials() {
     let server = Server::start(&[]);
     let mut con = server.connect();
     let mut expected = vec![];
-    for (i, (command, params)) in DENIED.iter().enumerate() {
+    for (i, spec) in denied().iter().enumerate() {
+        let command = spec.command.as_str();
         let key = format!("{}:{i}", command.to_ascii_lowercase());
-        let words = [&[*command, key.as_str()][..], params].concat();
+        let words = spec.words(&key, &[]);
         let reply = check(&mut con, &words);
-        let denied = if *command == "CL.THROTTLE" { 1 } else { 0 };
+        let denied = if command == "CL.THROTTLE" { 1 } else { 0 };
         assert_eq!(reply[0], denied, "{words:?}");
         expected.push((key, 1));
     }

@@ -65,15 +65,15 @@ struct Outcome {
     worst: usize,
 }
 
-/// Every limiter on `pattern`; the leaky bucket twice: when its requests are
-/// admitted, and when they are sent by callers that wait the `delay_ms` it
-/// advises.
+/// Every limiter on `pattern`; one that advises a `delay_ms` (the leaky
+/// bucket) twice: when its requests are admitted, and when they are sent by
+/// callers that wait the delay.
 fn outcomes(limiters: &[Limiter], pattern: &Pattern) -> Vec<Outcome> {
     let mut rows = Vec::new();
     for limiter in limiters {
         let decisions = limiter.run(&pattern.arrivals);
         let mut views = vec![(limiter.name(), false)];
-        if matches!(limiter, Limiter::LeakyBucket(_)) {
+        if decisions.iter().any(|d| d.delay_ms.is_some()) {
             views.push((format!("{}, as sent", limiter.name()), true));
         }
         for (name, as_sent) in views {

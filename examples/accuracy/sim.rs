@@ -9,14 +9,13 @@
 //! of time `(t - window, t]`, the stretch every "100 a minute" limit is about.
 
 use std::collections::VecDeque;
+use std::rc::Rc;
 
-use redis_ratelimit::algorithms::fixed_window::{FixedWindow, FixedWindowParams};
-use redis_ratelimit::algorithms::gcra::{Gcra, GcraParams};
-use redis_ratelimit::algorithms::leaky_bucket::{LeakyBucket, LeakyBucketParams};
+use redis_ratelimit::algorithms::registry::{each_algorithm, Each, Listed};
 use redis_ratelimit::algorithms::sliding_counter::{SlidingCounter, SlidingCounterParams};
 use redis_ratelimit::algorithms::sliding_log::{SlidingLog, SlidingLogParams};
-use redis_ratelimit::algorithms::token_bucket::{TokenBucket, TokenBucketParams};
 use redis_ratelimit::algorithms::{Algorithm, Decision, Mode};
+use redis_ratelimit::parse::Syntax;
 
 /// The limit every limiter of the study enforces: `LIMIT` per `WINDOW_MS`.
 pub const LIMIT: u64 = 100;
@@ -58,15 +57,25 @@ impl SplitMix64 {
     }
 }
 
-/// One algorithm with its parameters.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Limiter {
-    TokenBucket(TokenBucketParams),
-    Gcra(GcraParams),
-    LeakyBucket(LeakyBucketParams),
-    FixedWindow(FixedWindowParams),
-    SlidingCounter(SlidingCounterParams),
-    SlidingLog(SlidingLogParams),
+/// The decision on each request of a pattern, for one algorithm with its
+/// parameters.
+type Run = Rc<dyn Fn(&[i64]) -> Vec<Decision>>;
+
+/// One algorithm with its parameters, whichever algorithm of the registry.
+#[derive(Clone)]
+pub struct Limiter {
+    /// The algorithm's registry name.
+    pub algorithm: &'static str,
+    name: String,
+    /// The parameters (and own options) as a command writes them.
+    words: Vec<String>,
+    run: Run,
+}
+
+impl std::fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.command())
+    }
 }
 
 /// The refill (or leak) rate that matches `LIMIT` per `WINDOW_MS`.
@@ -74,97 +83,110 @@ pub fn limit_rate_per_s() -> f64 {
     LIMIT as f64 * 1000.0 / WINDOW_MS as f64
 }
 
+/// What the study calls an algorithm in its tables and legends, and where it
+/// puts it: the algorithms it discusses by name first, in its own order;
+/// any other by its registry name, after them.
+const TITLES: &[(&str, &str)] = &[
+    ("fixedwindow", "fixed window"),
+    ("slidingcounter", "sliding counter"),
+    ("slidinglog", "sliding log"),
+    ("tokenbucket", "token bucket"),
+    ("gcra", "GCRA"),
+    ("leakybucket", "leaky bucket"),
+];
+
+fn title(algorithm: &str) -> (usize, String) {
+    TITLES
+        .iter()
+        .position(|(name, _)| *name == algorithm)
+        .map_or((TITLES.len(), algorithm.to_string()), |i| {
+            (i, TITLES[i].1.to_string())
+        })
+}
+
+impl Limiter {
+    /// The algorithm `A` under `params`.
+    pub fn of<A: Listed>(params: A::Params) -> Limiter {
+        let mut name = title(A::NAME).1;
+        if let Some(precision) = own_option::<A>(&params, "PRECISION") {
+            name = format!("{name} P{precision}");
+        }
+        Limiter {
+            algorithm: A::NAME,
+            name,
+            words: params.to_words(),
+            run: Rc::new(move |arrivals: &[i64]| run_key::<A>(params, arrivals)),
+        }
+    }
+
+    /// A short name, for tables and legends.
+    pub fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    /// The module command that applies these parameters (whole seconds
+    /// written as such).
+    pub fn command(&self) -> String {
+        let mut command = format!("RL.{} key", self.algorithm.to_ascii_uppercase());
+        for word in &self.words {
+            let seconds = word
+                .strip_suffix("ms")
+                .and_then(|ms| ms.parse::<u64>().ok())
+                .filter(|ms| ms % 1000 == 0)
+                .map(|ms| format!("{}s", ms / 1000));
+            command.push(' ');
+            command.push_str(seconds.as_deref().unwrap_or(word));
+        }
+        command
+    }
+
+    /// The decision on each request of `arrivals` (sorted Unix ms), each of
+    /// cost 1, on one key that starts fresh.
+    pub fn run(&self, arrivals: &[i64]) -> Vec<Decision> {
+        (self.run)(arrivals)
+    }
+}
+
+/// The value of the own option `token` in `params`' words, if it has one.
+fn own_option<A: Algorithm>(params: &A::Params, token: &str) -> Option<String> {
+    let words = params.to_words();
+    let position = words.iter().position(|w| w.eq_ignore_ascii_case(token))?;
+    words.get(position + 1).cloned()
+}
+
 pub fn sliding_counter(precision: u16) -> Limiter {
-    Limiter::SlidingCounter(SlidingCounterParams {
+    Limiter::of::<SlidingCounter>(SlidingCounterParams {
         limit: LIMIT,
         window_ms: WINDOW_MS as u64,
         precision,
     })
 }
 
-/// Every algorithm, set to "100 a minute" as closely as its parameters allow:
-/// the buckets and GCRA hold a burst of 100 and refill 100 a minute.
-pub fn study_limiters() -> Vec<Limiter> {
-    vec![
-        Limiter::FixedWindow(FixedWindowParams {
-            limit: LIMIT,
-            window_ms: WINDOW_MS as u64,
-        }),
-        sliding_counter(1),
-        sliding_counter(10),
-        Limiter::SlidingLog(SlidingLogParams {
-            limit: LIMIT,
-            window_ms: WINDOW_MS as u64,
-        }),
-        Limiter::TokenBucket(TokenBucketParams {
-            capacity: LIMIT,
-            rate_per_s: limit_rate_per_s(),
-        }),
-        Limiter::Gcra(GcraParams {
-            burst: LIMIT - 1,
-            count: LIMIT,
-            period_ms: WINDOW_MS as u64,
-        }),
-        Limiter::LeakyBucket(LeakyBucketParams {
-            capacity: LIMIT,
-            rate_per_s: limit_rate_per_s(),
-        }),
-    ]
+/// Each algorithm of the registry at "100 a minute" (`Algorithm::limit_of`).
+struct AtTheLimit;
+
+impl Each for AtTheLimit {
+    type Out = Limiter;
+    fn algorithm<A: Listed>(&mut self) -> Limiter {
+        Limiter::of::<A>(A::limit_of(LIMIT, WINDOW_MS as u64))
+    }
 }
 
-impl Limiter {
-    /// A short name, for tables and legends.
-    pub fn name(&self) -> String {
-        match self {
-            Limiter::TokenBucket(_) => "token bucket".into(),
-            Limiter::Gcra(_) => "GCRA".into(),
-            Limiter::LeakyBucket(_) => "leaky bucket".into(),
-            Limiter::FixedWindow(_) => "fixed window".into(),
-            Limiter::SlidingCounter(p) => format!("sliding counter P{}", p.precision),
-            Limiter::SlidingLog(_) => "sliding log".into(),
+/// Every algorithm of the registry, set to "100 a minute" as closely as its
+/// parameters allow (the buckets and GCRA hold a burst of 100 and refill 100
+/// a minute), in the study's order; the sliding counter twice, at the
+/// precisions the study compares (1 and 10).
+pub fn study_limiters() -> Vec<Limiter> {
+    let mut limiters = Vec::new();
+    for limiter in each_algorithm(&mut AtTheLimit) {
+        if limiter.algorithm == "slidingcounter" {
+            limiters.extend([sliding_counter(1), sliding_counter(10)]);
+        } else {
+            limiters.push(limiter);
         }
     }
-
-    /// The module command that applies these parameters.
-    pub fn command(&self) -> String {
-        let s = |ms: u64| format!("{}s", ms as f64 / 1000.0);
-        match self {
-            Limiter::TokenBucket(p) => {
-                format!("RL.TOKENBUCKET key {} {}", p.capacity, p.rate_per_s)
-            }
-            Limiter::Gcra(p) => {
-                format!("RL.GCRA key {} {} {}", p.burst, p.count, s(p.period_ms))
-            }
-            Limiter::LeakyBucket(p) => {
-                format!("RL.LEAKYBUCKET key {} {}", p.capacity, p.rate_per_s)
-            }
-            Limiter::FixedWindow(p) => {
-                format!("RL.FIXEDWINDOW key {} {}", p.limit, s(p.window_ms))
-            }
-            Limiter::SlidingCounter(p) => format!(
-                "RL.SLIDINGCOUNTER key {} {} PRECISION {}",
-                p.limit,
-                s(p.window_ms),
-                p.precision
-            ),
-            Limiter::SlidingLog(p) => {
-                format!("RL.SLIDINGLOG key {} {}", p.limit, s(p.window_ms))
-            }
-        }
-    }
-
-    /// The decision on each request of `arrivals` (sorted Unix ms), each of
-    /// cost 1, on one key that starts fresh.
-    pub fn run(&self, arrivals: &[i64]) -> Vec<Decision> {
-        match *self {
-            Limiter::TokenBucket(p) => run_key::<TokenBucket>(p, arrivals),
-            Limiter::Gcra(p) => run_key::<Gcra>(p, arrivals),
-            Limiter::LeakyBucket(p) => run_key::<LeakyBucket>(p, arrivals),
-            Limiter::FixedWindow(p) => run_key::<FixedWindow>(p, arrivals),
-            Limiter::SlidingCounter(p) => run_key::<SlidingCounter>(p, arrivals),
-            Limiter::SlidingLog(p) => run_key::<SlidingLog>(p, arrivals),
-        }
-    }
+    limiters.sort_by_key(|l| title(l.algorithm).0);
+    limiters
 }
 
 /// One key's state, checked the way the Redis layer checks a stored key

@@ -18,14 +18,16 @@ mod common;
 use std::sync::OnceLock;
 
 use common::{
-    check_decision, check_error, check_params_are_the_words, check_storable, on_tag, on_tier,
-    profile, Fuzzed, Other, TierVisitor, Visitor, ALGORITHM_NAMES, ALGORITHM_TAGS,
+    check_decision, check_error, check_params_are_the_words, check_storable, on_tag, profile,
+    Fuzzed, Other, Visitor, ALGORITHM_NAMES, ALGORITHM_TAGS,
 };
 use libfuzzer_sys::fuzz_target;
 use redis_ratelimit::algorithms::concurrency::{Leases, MAX_ID_BYTES};
 use redis_ratelimit::algorithms::gcra::Gcra;
+use redis_ratelimit::algorithms::registry::Listed;
 use redis_ratelimit::algorithms::{Decision, Mode, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS};
 use redis_ratelimit::error::CommandError;
+use redis_ratelimit::parse::all::TierVisitor;
 use redis_ratelimit::parse::options::check_options;
 use redis_ratelimit::parse::syntax::MAX_OWN_OPTIONS;
 use redis_ratelimit::parse::{self, check_args, AllArgs, CheckOptions, Syntax};
@@ -222,7 +224,7 @@ fn check_all(a: &AllArgs) {
     let decisions: Vec<Decision> = a
         .tiers
         .iter()
-        .map(|&tier| on_tier(tier, Once { now, cost, mode }))
+        .map(|&tier| tier.visit(Once { now, cost, mode }))
         .collect();
     let all = Decision::all_of(&decisions);
     assert_eq!(all.allowed, decisions.iter().all(|d| d.allowed));
@@ -248,7 +250,7 @@ struct Once {
 
 impl TierVisitor for Once {
     type Out = Decision;
-    fn tier<A: Fuzzed>(self, params: A::Params) -> Decision {
+    fn tier<A: Listed>(self, params: A::Params) -> Decision {
         check_once::<A>(params, self.now, self.cost, self.mode)
     }
 }

@@ -1,20 +1,21 @@
 """What the bench measures.
 
-The module's algorithms come from its one registry, `src/algorithms/registry.rs`:
-each line of its `algorithms { ... }` block, `tag Type: module, "name",
-"type_name";`, names an algorithm whose check command is `RL.<NAME>`. The
-bench keeps one case per algorithm, keyed by that name, in `BENCH_CASES`:
-its parameters, its Lua twin, its CPU goal, the parameters of its memory
-figure. An algorithm of the registry with no case stops the bench at once
-(it would otherwise go unmeasured), and so does a case for a name the
-registry does not have.
+The module's algorithms come from its one registry, `src/algorithms/registry.rs`,
+as the crate itself walks it: `examples/bench_states.rs cases` prints each
+algorithm's name (its check command is `RL.<NAME>`) and its case, parameters
+from its own `Algorithm::limit_of` (100 a minute; 100 an hour for the memory
+figure). So a new algorithm is measured with nothing written here.
+`BENCH_CASES` only overrides that case, by name, where the bench knows more:
+parameters chosen to match a Lua twin word for word, the twin (optional),
+the CPU goal, the memory row's label. A case for a name the registry does
+not have stops the bench at once.
 
 Beside them: INCR (the floor Redis itself sets), CL.THROTTLE (redis-cell's
 command, served by the GCRA state) and the Lua twins (benches/lua/*.lua).
 """
 
-import re
-from pathlib import Path
+import json
+import subprocess
 
 from . import Abort
 
@@ -88,6 +89,8 @@ class Test:
         self.name = name
         # Whether its Lua twin must answer as it does.
         self.same_replies = same_replies
+        # An algorithm's Case (its memory figure's parameters).
+        self.case = None
 
     def command(self, key, sha=None):
         """The command for `key`, EVALSHA with `sha` for a Lua test."""
@@ -123,66 +126,57 @@ LUA_MEMORY = [
     (LUA_GCRA, LUA_GCRA, ["99", "1", "1000"]),
 ]
 
-# A line of the registry's `algorithms` block: tag Type: module, "name", "type_name";
-_LINE = re.compile(r'^\s*(\d+)\s+(\w+)\s*:\s*(\w+)\s*,\s*"([A-Za-z0-9_]+)"\s*,\s*"([^"]*)"\s*;\s*$')
+# The CPU goal of an algorithm the bench has no case for: the looser one,
+# the sliding algorithms' (see PRODUCT.md).
+DEFAULT_CPU_GOAL = 1.4
 
 
-def read_registry(path):
-    """The algorithms' names, in the registry's order."""
+def registry_cases(root):
+    """Each algorithm of the registry, in its order, with the case it gives
+    itself: `{"name", "params", "memory_params"}` (examples/bench_states.rs)."""
+    argv = ["cargo", "run", "--release", "--quiet", "--example", "bench_states", "--", "cases"]
     try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise Abort(f"cannot read the algorithm registry {path}: {e}")
-    # Comments first: the documentation mentions `algorithms { lines }` too.
-    code = re.sub(r"//[^\n]*", "", text)
-    block = re.search(r"\balgorithms\s*\{(.*?)\}", code, re.S)
-    if not block:
-        raise Abort(f"{path}: no `algorithms {{ ... }}` block; has the registry moved? (--registry PATH)")
-    names = []
-    for line in block.group(1).splitlines():
-        if not line.strip():
-            continue
-        match = _LINE.match(line)
-        if not match:
-            raise Abort(f"{path}: cannot read this line of the algorithms block: {line.strip()!r}")
-        names.append(match.group(4).lower())
-    if not names:
-        raise Abort(f"{path}: the algorithms block names no algorithm")
-    return names
-
-
-def algorithm_tests(registry_path):
-    """One Test per algorithm of the registry, in its order, from its case;
-    stops when the registry and BENCH_CASES disagree."""
-    names = read_registry(registry_path)
-    missing = [n for n in names if n not in BENCH_CASES]
-    unknown = [n for n in BENCH_CASES if n not in names]
-    if missing:
-        raise Abort(
-            f"the registry ({registry_path}) names {', '.join(missing)}, which the bench has no case for: "
-            "add one to BENCH_CASES in scripts/benchkit/cases.py (parameters, Lua twin or None, CPU goal, "
-            "memory parameters), so that no algorithm goes unmeasured"
+        done = subprocess.run(
+            argv, cwd=root, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=1800
         )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise Abort(f"cannot list the registry's algorithms ({' '.join(argv)}): {e}")
+    if done.returncode != 0:
+        raise Abort(f"{' '.join(argv)} failed:\n{done.stderr[-3000:]}")
+    found = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    if not found:
+        raise Abort(f"{' '.join(argv)} listed no algorithm")
+    return found
+
+
+def algorithm_tests(root):
+    """One Test per algorithm of the registry, in its order, from its case
+    (`BENCH_CASES`, or the one the algorithm gives); stops on a case for no
+    algorithm."""
+    found = registry_cases(root)
+    names = [c["name"] for c in found]
+    unknown = [n for n in BENCH_CASES if n not in names]
     if unknown:
         raise Abort(
             f"BENCH_CASES in scripts/benchkit/cases.py has a case for {', '.join(unknown)}, "
-            f"which the registry ({registry_path}) does not name: remove or rename it"
+            "which the registry (src/algorithms/registry.rs) does not name: remove or rename it"
         )
     tests = []
-    for name in names:
-        case = BENCH_CASES[name]
+    for given in found:
+        name = given["name"]
+        case = BENCH_CASES.get(name) or Case(given["params"], None, DEFAULT_CPU_GOAL, given["memory_params"])
         command = f"RL.{name.upper()}"
-        tests.append(
-            Test(
-                command,
-                f"b:{name}:",
-                [command, KEY] + case.params,
-                twin=case.twin,
-                cpu_goal=case.cpu_goal,
-                name=name,
-                same_replies=case.twin is not None and case.same_replies,
-            )
+        test = Test(
+            command,
+            f"b:{name}:",
+            [command, KEY] + case.params,
+            twin=case.twin,
+            cpu_goal=case.cpu_goal,
+            name=name,
+            same_replies=case.twin is not None and case.same_replies,
         )
+        test.case = case
+        tests.append(test)
     return tests
 
 
@@ -191,7 +185,7 @@ def memory_tests(algorithms):
     the full logs: INCR, each algorithm, each Lua twin."""
     rows = [("INCR counter", None, ["INCR", KEY])]
     for test in algorithms:
-        case = BENCH_CASES[test.name]
+        case = test.case
         rows.append((case.memory_label or test.label, None, [test.words[0], KEY] + case.memory_params))
     by_label = {t.label: t for t in LUA_TESTS}
     for label, lua, params in LUA_MEMORY:

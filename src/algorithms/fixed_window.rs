@@ -100,6 +100,10 @@ impl Algorithm for FixedWindow {
         self.params
     }
 
+    fn limit_of(limit: u64, window_ms: u64) -> FixedWindowParams {
+        FixedWindowParams { limit, window_ms }
+    }
+
     /// A new limit applies to the count as it is (a count above a lowered
     /// limit denies everything until its window ends). A new window length
     /// moves the windows themselves: the count is treated as made at the last

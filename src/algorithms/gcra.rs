@@ -167,6 +167,14 @@ impl Algorithm for Gcra {
         self.params
     }
 
+    fn limit_of(limit: u64, window_ms: u64) -> GcraParams {
+        GcraParams {
+            burst: limit.saturating_sub(1),
+            count: limit,
+            period_ms: window_ms,
+        }
+    }
+
     /// The TAT is a time, not a count, so it carries over as it is: what the
     /// key owes is time to wait, whatever the new rate. Since the TAT is
     /// never before now, a larger limit gives no more than a fresh key would

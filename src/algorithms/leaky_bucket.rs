@@ -119,6 +119,13 @@ impl Algorithm for LeakyBucket {
         self.params
     }
 
+    fn limit_of(limit: u64, window_ms: u64) -> LeakyBucketParams {
+        LeakyBucketParams {
+            capacity: limit,
+            rate_per_s: limit as f64 * 1000.0 / window_ms as f64,
+        }
+    }
+
     /// The queue carries over as what it is: requests already given their
     /// turns, which still leave at them. So the drain time is kept, and new
     /// requests queue behind them at the new rate (the level, counted in

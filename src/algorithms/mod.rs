@@ -181,6 +181,14 @@ pub trait Algorithm: State {
     /// The parameters as last used.
     fn params(&self) -> Self::Params;
 
+    /// Parameters under which a fresh key allows `limit` at once (costs
+    /// counted), then gives it back at the pace of `limit` per `window_ms`
+    /// (a bucket refills, a window ends or slides), a denial waiting at
+    /// most about `window_ms` plus a third: how tests, examples and benches
+    /// ask every algorithm of the registry for the same limit without
+    /// writing its parameters. Both are at least 1 and in range.
+    fn limit_of(limit: u64, window_ms: u64) -> Self::Params;
+
     /// Take on new parameters from `now_ms` on, carrying the state over in the
     /// way the README documents for this algorithm.
     fn reconfigure(&mut self, params: Self::Params, now_ms: i64);

@@ -10,13 +10,15 @@
 //!   `algorithm name`, `INFO ratelimit` counts `ratelimit_name_allowed`/`_denied`;
 //! - `type_name`, the Redis data type's name (exactly nine characters).
 //!
-//! Everything that lists algorithms is made from this list through
-//! [`registry!`]: the command table and its documentation, the data types,
-//! the dispatch on a state's tag, `RL.ALL`'s tiers, `RL.INFO`, the counters,
-//! the fuzz targets and `make bench` (scripts/bench reads this file).
-//! Adding an algorithm is its file in this folder (the state, its
-//! `Algorithm` and its `Syntax`, with the command's documentation) and one
-//! line here.
+//! Everything that lists algorithms is made from this list: what makes
+//! items (the command table and its documentation, the data types, `RL.ALL`'s
+//! tiers, the counters) through [`registry!`](crate::registry); everything else (tests, fuzz
+//! targets and their seeds, the accuracy study, benches and `make bench`)
+//! through the walk below, [`Each`] with [`each_algorithm`], [`on_tag`] or
+//! [`on_name`], and [`Algorithm::limit_of`](super::Algorithm::limit_of) for
+//! parameters. Adding an algorithm is its file in this folder (the state,
+//! its `Algorithm` and its `Syntax`, with the command's documentation) and
+//! one line here.
 
 /// Calls the macro `$then` with the registry: `algorithms { lines }` then
 /// `others { lines }`, each line as described in the module documentation.
@@ -125,4 +127,165 @@ const fn same(a: &[u8], b: &[u8]) -> bool {
         i += 1;
     }
     true
+}
+
+/// What every algorithm of the registry is, so that code generic over them
+/// (tests, fuzz targets, the accuracy study, benches) can ask it of any.
+pub trait Listed:
+    super::Algorithm<Params: 'static>
+    + super::penalty::Penalizable
+    + PartialEq
+    + std::fmt::Debug
+    + 'static
+{
+}
+
+impl<A> Listed for A where
+    A: super::Algorithm<Params: 'static>
+        + super::penalty::Penalizable
+        + PartialEq
+        + std::fmt::Debug
+        + 'static
+{
+}
+
+/// Something to do with an algorithm of the registry, whichever it is: the
+/// one way to go over the registry from code that does not make items (a
+/// table, an enum, an `impl`), which would need [`registry!`](crate::registry) itself.
+pub trait Each {
+    type Out;
+    fn algorithm<A: Listed>(&mut self) -> Self::Out;
+}
+
+/// [`Each`], for every stored type: the algorithms and the other states.
+pub trait EachState: Each {
+    fn other<S: super::State + std::fmt::Debug + 'static>(&mut self) -> Self::Out;
+}
+
+/// Writes the registry's lists and walks; see [`Each`].
+macro_rules! walks {
+    (
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal;)* }
+    ) => {
+        /// The algorithms' names, in registry order (their command is
+        /// `RL.<NAME>`, their word in `RL.ALL` is `<NAME>`).
+        pub const NAMES: &[&str] = &[$($name),*];
+        /// The algorithms' tags, in registry order.
+        pub const TAGS: &[u8] = &[$($tag),*];
+        /// The other states' tags, in registry order.
+        pub const OTHER_TAGS: &[u8] = &[$($otag),*];
+
+        /// `each` with every algorithm, in registry order.
+        pub fn each_algorithm<E: Each>(each: &mut E) -> Vec<E::Out> {
+            vec![$(each.algorithm::<super::$module::$ty>()),*]
+        }
+
+        /// `each` with every stored type: the algorithms, then the others.
+        pub fn each_state<E: EachState>(each: &mut E) -> Vec<E::Out> {
+            let mut out = each_algorithm(each);
+            $(out.push(each.other::<super::$omodule::$oty>());)*
+            out
+        }
+
+        /// `each` with the stored type whose tag is `tag` (how a stored
+        /// state is dispatched); `None` for a tag no type has.
+        pub fn on_tag<E: EachState>(tag: u8, each: &mut E) -> Option<E::Out> {
+            match tag {
+                $($tag => Some(each.algorithm::<super::$module::$ty>()),)*
+                $($otag => Some(each.other::<super::$omodule::$oty>()),)*
+                _ => None,
+            }
+        }
+
+        /// `each` with the algorithm whose tag is `tag`; `None` for a tag no
+        /// algorithm has (the other states' included).
+        pub fn on_algorithm_tag<E: Each>(tag: u8, each: &mut E) -> Option<E::Out> {
+            match tag {
+                $($tag => Some(each.algorithm::<super::$module::$ty>()),)*
+                _ => None,
+            }
+        }
+
+        /// `each` with the algorithm named `name` (any case); `None` for a
+        /// name no algorithm has.
+        pub fn on_name<E: Each>(name: &str, each: &mut E) -> Option<E::Out> {
+            $(if name.eq_ignore_ascii_case($name) {
+                return Some(each.algorithm::<super::$module::$ty>());
+            })*
+            None
+        }
+    };
+}
+crate::registry!(walks);
+
+#[cfg(test)]
+mod tests {
+    use super::super::Mode;
+    use super::*;
+    use crate::parse::Syntax;
+
+    /// Checks [`Algorithm::limit_of`]'s promise for one algorithm.
+    struct LimitOf;
+
+    impl Each for LimitOf {
+        type Out = ();
+        fn algorithm<A: Listed>(&mut self) {
+            for (limit, window_ms) in [(1, 1), (5, 3_600_000), (10, 10_000), (60, 60_000)] {
+                let what = format!("{} limit_of({limit}, {window_ms})", A::NAME);
+                let params = A::limit_of(limit, window_ms);
+                assert_eq!(params.check(), Ok(()), "{what}");
+                let words = params.to_words();
+                let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+                let parsed = crate::parse::check_args::<A::Params>(&args).map(|(p, _)| p);
+                assert_eq!(parsed, Ok(params), "{what}: {words:?}");
+                let now = 1_700_000_000_000;
+                let (all, state) = A::check_with(None, params, now, limit, Mode::Take);
+                assert!(all.allowed && all.limit == limit, "{what}: {all:?}");
+                let Some(mut state) = state else {
+                    panic!("{what}: nothing taken")
+                };
+                let denied = state.check(now, 1, Mode::Take);
+                assert!(!denied.allowed, "{what}: {denied:?}");
+                let wait = i64::try_from(window_ms + window_ms / 3 + 1).unwrap_or(i64::MAX);
+                assert!(
+                    (1..=wait).contains(&denied.retry_after_ms),
+                    "{what}: {denied:?}"
+                );
+                let later = state.check(now + wait, limit, Mode::Peek);
+                assert!(later.allowed, "{what}: all back after {wait} ms: {later:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn limit_of_gives_every_algorithm_that_limit_at_once_and_back_within_the_window() {
+        assert_eq!(each_algorithm(&mut LimitOf).len(), NAMES.len());
+    }
+
+    struct Name;
+
+    impl Each for Name {
+        type Out = &'static str;
+        fn algorithm<A: Listed>(&mut self) -> &'static str {
+            A::NAME
+        }
+    }
+
+    #[test]
+    fn the_walks_go_over_the_registry_in_its_order() {
+        assert_eq!(each_algorithm(&mut Name), NAMES);
+        for (name, tag) in NAMES.iter().zip(TAGS) {
+            assert_eq!(on_name(&name.to_ascii_uppercase(), &mut Name), Some(*name));
+            assert_eq!(on_tag(*tag, &mut Name), Some(*name));
+        }
+        assert_eq!(on_name("bogus", &mut Name), None);
+        assert_eq!(on_tag(0, &mut Name), None);
+    }
+
+    impl EachState for Name {
+        fn other<S: super::super::State + std::fmt::Debug + 'static>(&mut self) -> &'static str {
+            S::NAME
+        }
+    }
 }

@@ -236,6 +236,15 @@ impl Algorithm for SlidingCounter {
         self.params
     }
 
+    fn limit_of(limit: u64, window_ms: u64) -> SlidingCounterParams {
+        // Three buckets: a denial waits at most a third of a window more.
+        SlidingCounterParams {
+            limit,
+            window_ms,
+            precision: 3,
+        }
+    }
+
     /// A new limit applies to the counts as they are. A new window or
     /// precision changes the buckets themselves: the estimate at the last
     /// stored update (rounded up) moves into the new bucket of that moment, so

@@ -152,6 +152,13 @@ impl Algorithm for TokenBucket {
         self.params
     }
 
+    fn limit_of(limit: u64, window_ms: u64) -> TokenBucketParams {
+        TokenBucketParams {
+            capacity: limit,
+            rate_per_s: limit as f64 * 1000.0 / window_ms as f64,
+        }
+    }
+
     /// The new parameters apply from the last stored update on: the tokens
     /// then carry over, clamped to the new capacity, and refill at the new
     /// rate since. Measured from the last update rather than from `now`

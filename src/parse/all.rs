@@ -4,6 +4,7 @@
 //! then the options shared by every tier.
 
 use super::options::{check_options, exclusive, own_option, value_of, CheckOptions};
+use crate::algorithms::registry::Listed;
 use crate::algorithms::Algorithm;
 use crate::error::{shown, CommandError};
 use crate::words::syntax::{Syntax, MAX_OWN_OPTIONS};
@@ -28,6 +29,13 @@ macro_rules! tiers {
         })*
 
         impl Tier {
+            /// Calls `visitor` with the tier's algorithm and parameters.
+            pub fn visit<V: TierVisitor>(self, visitor: V) -> V::Out {
+                match self {
+                    $(Tier::$ty(params) => visitor.tier::<crate::algorithms::$module::$ty>(params),)*
+                }
+            }
+
             /// The registry tag of the tier's algorithm.
             pub fn tag(&self) -> u8 {
                 match self {
@@ -53,6 +61,13 @@ macro_rules! tiers {
     };
 }
 crate::registry!(tiers);
+
+/// What to do with one tier of `RL.ALL`, whichever its algorithm (see
+/// [`Tier::visit`]).
+pub trait TierVisitor {
+    type Out;
+    fn tier<A: Listed>(self, params: A::Params) -> Self::Out;
+}
 
 /// The parameters of an algorithm of the registry, as its tier.
 pub trait IntoTier {
@@ -221,7 +236,10 @@ mod tests {
         assert_eq!(peek(&[]), Err(CommandError::Arity));
         assert_eq!(
             text(peek(&[b"BUCKET", b"1", b"1"])),
-            "ERR syntax error: unknown algorithm 'BUCKET' (expected TOKENBUCKET, SLIDINGCOUNTER, FIXEDWINDOW, SLIDINGLOG, LEAKYBUCKET or GCRA)"
+            format!(
+                "ERR syntax error: unknown algorithm 'BUCKET' (expected {})",
+                registry_words()
+            )
         );
         assert_eq!(
             text(peek(&[b"GCRA", b"1", b"1"])),
@@ -233,6 +251,20 @@ mod tests {
     use crate::algorithms::gcra::GcraParams;
     use crate::algorithms::sliding_counter::SlidingCounterParams;
     use crate::algorithms::token_bucket::TokenBucketParams;
+
+    /// The algorithms' words as an unknown one's error lists them, in
+    /// registry order: `TOKENBUCKET, SLIDINGCOUNTER, ... or GCRA`.
+    fn registry_words() -> String {
+        let upper: Vec<String> = ALGORITHM_WORDS
+            .iter()
+            .map(|w| w.to_ascii_uppercase())
+            .collect();
+        match upper.split_last() {
+            Some((last, [])) => last.clone(),
+            Some((last, before)) => format!("{} or {last}", before.join(", ")),
+            None => String::new(),
+        }
+    }
 
     fn text(r: Result<impl std::fmt::Debug, CommandError>) -> String {
         match r {
@@ -319,14 +351,46 @@ mod tests {
 
     #[test]
     fn all_refuses_missing_unknown_and_extra_specs_and_repeated_keys() {
+        let unknown = format!(
+            "ERR syntax error: unknown algorithm 'LUA' (expected {})",
+            registry_words()
+        );
         let cases: &[(&[&str], &str)] = &[
-            (&["2", "a", "b", "FIXEDWINDOW", "1", "1"], "ERR syntax error: 2 keys need 2 algorithm specs, 1 given"),
-            (&["1", "a", "LUA", "1", "1"], "ERR syntax error: unknown algorithm 'LUA' (expected TOKENBUCKET, SLIDINGCOUNTER, FIXEDWINDOW, SLIDINGLOG, LEAKYBUCKET or GCRA)"),
-            (&["1", "a", "SLIDINGLOG", "1"], "ERR syntax error: SLIDINGLOG needs 2 parameters"),
-            (&["1", "a", "SLIDINGLOG", "1", "1", "SLIDINGLOG", "1", "1"], "ERR syntax error: unknown option 'SLIDINGLOG'"),
-            (&["2", "k", "k", "SLIDINGLOG", "1", "1", "SLIDINGLOG", "1", "1"], "ERR syntax error: key 'k' is given more than once"),
-            (&["1", "a", "SLIDINGCOUNTER", "1", "1", "PRECISION"], "ERR syntax error: PRECISION needs a value"),
-            (&["1", "a", "SLIDINGCOUNTER", "1", "1", "PRECISION", "0"], "ERR PRECISION must be an integer from 1 to 1000"),
+            (
+                &["2", "a", "b", "FIXEDWINDOW", "1", "1"],
+                "ERR syntax error: 2 keys need 2 algorithm specs, 1 given",
+            ),
+            (&["1", "a", "LUA", "1", "1"], unknown.as_str()),
+            (
+                &["1", "a", "SLIDINGLOG", "1"],
+                "ERR syntax error: SLIDINGLOG needs 2 parameters",
+            ),
+            (
+                &["1", "a", "SLIDINGLOG", "1", "1", "SLIDINGLOG", "1", "1"],
+                "ERR syntax error: unknown option 'SLIDINGLOG'",
+            ),
+            (
+                &[
+                    "2",
+                    "k",
+                    "k",
+                    "SLIDINGLOG",
+                    "1",
+                    "1",
+                    "SLIDINGLOG",
+                    "1",
+                    "1",
+                ],
+                "ERR syntax error: key 'k' is given more than once",
+            ),
+            (
+                &["1", "a", "SLIDINGCOUNTER", "1", "1", "PRECISION"],
+                "ERR syntax error: PRECISION needs a value",
+            ),
+            (
+                &["1", "a", "SLIDINGCOUNTER", "1", "1", "PRECISION", "0"],
+                "ERR PRECISION must be an integer from 1 to 1000",
+            ),
         ];
         for (words, expected) in cases {
             assert_eq!(text(all_of(words)), *expected, "{words:?}");
@@ -368,9 +432,10 @@ mod tests {
         let cases: [(&[&str], String); 2] = [
             (
                 &["1", "a", "TOKENBUCKET\r\n19", "1", "1"],
-                "ERR syntax error: unknown algorithm 'TOKENBUCKET??19' (expected TOKENBUCKET, \
-                 SLIDINGCOUNTER, FIXEDWINDOW, SLIDINGLOG, LEAKYBUCKET or GCRA)"
-                    .to_string(),
+                format!(
+                    "ERR syntax error: unknown algorithm 'TOKENBUCKET??19' (expected {})",
+                    registry_words()
+                ),
             ),
             (
                 &[

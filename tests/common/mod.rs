@@ -11,6 +11,8 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use redis::{Connection, ConnectionLike, Value};
+use redis_ratelimit::algorithms::registry::{each_algorithm, Each, Listed};
+use redis_ratelimit::parse::Syntax;
 
 /// The module under test: `RL_MODULE`, or the debug build `make test` makes.
 pub fn module_path() -> PathBuf {
@@ -532,40 +534,97 @@ pub fn connect_port(port: u16) -> redis::RedisResult<Connection> {
 
 // The registry's algorithms, for the tests that go over every one of them.
 //
-// A test that runs each algorithm with parameters chosen by hand keeps them
-// in a table whose first column is the algorithm's command (`RL.<NAME>`)
-// or, in `RL.ALL`, its word (`<NAME>`), and checks the table at compile
-// time with `const _: () = every_command_once(&TABLE, &[...]);` (or
-// `every_word_once`): an algorithm added to the registry without an entry
-// in the table, an entry for no algorithm, or two entries for one, fail
-// the build. The error names the culprit (`evaluation panicked: <name>`)
-// and the check that failed (`inside no_entry_for_the_algorithm`, ...).
+// A test that runs every algorithm asks each for the same limit through
+// `Algorithm::limit_of` (see `every_algorithm`), so an algorithm added to
+// the registry is run by every such test without an edit here or there.
 
-macro_rules! algorithm_names {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
-        others { $($others:tt)* }
-    ) => {
-        /// The name of every algorithm of the registry, in registry order:
-        /// its command is `RL.<NAME>`, its word in `RL.ALL` is `<NAME>`.
-        pub const ALGORITHMS: &[&str] = &[$($name),*];
-    };
+/// The name of every algorithm of the registry, in registry order: its
+/// command is `RL.<NAME>`, its word in `RL.ALL` is `<NAME>`.
+pub const ALGORITHMS: &[&str] = redis_ratelimit::algorithms::registry::NAMES;
+
+pub const HOUR_MS: u64 = 3_600_000;
+
+/// An algorithm of the registry as a test calls it: its command and the
+/// words of its parameters (and own options).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spec {
+    /// Its name in the registry (lower case).
+    pub name: &'static str,
+    /// `RL.<NAME>`.
+    pub command: String,
+    /// The words after the key.
+    pub params: Vec<String>,
+    /// How many of `params` are the algorithm's parameters; its own options
+    /// follow them.
+    pub param_count: usize,
+    /// The parameters' names (`Syntax::PARAMS`), as `RL.INFO` shows them
+    /// (a duration with `_ms`, a rate with `_per_s`).
+    pub param_names: Vec<&'static str>,
 }
-redis_ratelimit::registry!(algorithm_names);
 
-/// Each algorithm's command with parameters giving a limit of 5 and a slow
-/// refill, so that a test's own duration changes nothing. (The sliding
-/// counter's own wait can pass its hour by up to a 20-minute bucket.)
-pub const LIMIT_5: &[(&str, &[&str])] = &[
-    ("RL.TOKENBUCKET", &["5", "0.001"]),
-    ("RL.SLIDINGCOUNTER", &["5", "1h", "PRECISION", "3"]),
-    ("RL.FIXEDWINDOW", &["5", "1h"]),
-    ("RL.SLIDINGLOG", &["5", "1h"]),
-    ("RL.LEAKYBUCKET", &["5", "0.001"]),
-    ("RL.GCRA", &["4", "1", "1h"]),
-];
-// Every algorithm of the registry, once: else the build fails.
-const _: () = every_command_once(LIMIT_5, &[]);
+impl Spec {
+    /// A command or anything else a test calls like one (`CL.THROTTLE`):
+    /// `command` then `params`, no registry entry.
+    pub fn other(command: &str, params: &[&str]) -> Spec {
+        Spec {
+            name: "",
+            command: command.to_string(),
+            params: params.iter().map(|w| w.to_string()).collect(),
+            param_count: params.len(),
+            param_names: vec![],
+        }
+    }
+
+    /// The words after the key, borrowed.
+    pub fn params(&self) -> Vec<&str> {
+        self.params.iter().map(String::as_str).collect()
+    }
+
+    /// The whole command: the command, `key`, the parameters, `extra`.
+    pub fn words<'a>(&'a self, key: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+        command_words(&self.command, key, &self.params(), extra)
+    }
+
+    /// `RL.ALL`'s word for the algorithm: its name in upper case.
+    pub fn word(&self) -> String {
+        self.name.to_ascii_uppercase()
+    }
+}
+
+struct LimitOf {
+    limit: u64,
+    window_ms: u64,
+}
+
+impl Each for LimitOf {
+    type Out = Spec;
+    fn algorithm<A: Listed>(&mut self) -> Spec {
+        Spec {
+            name: A::NAME,
+            command: command_of(A::NAME),
+            params: A::limit_of(self.limit, self.window_ms).to_words(),
+            param_count: <A::Params as Syntax>::PARAMS.len(),
+            param_names: <A::Params as Syntax>::PARAMS
+                .iter()
+                .map(|w| w.name)
+                .collect(),
+        }
+    }
+}
+
+/// Every algorithm of the registry, in registry order, with parameters
+/// allowing `limit` at once and `limit` again per `window_ms` (see
+/// `Algorithm::limit_of`).
+pub fn every_algorithm(limit: u64, window_ms: u64) -> Vec<Spec> {
+    each_algorithm(&mut LimitOf { limit, window_ms })
+}
+
+/// Each algorithm with a limit of 5 and a slow refill (5 an hour), so that
+/// a test's own duration changes nothing. (A denial's own wait is under an
+/// hour and a third.)
+pub fn limit_5() -> Vec<Spec> {
+    every_algorithm(5, HOUR_MS)
+}
 
 /// A command's words: the command, its key, its parameters, then `extra`.
 pub fn command_words<'a>(
@@ -583,89 +642,4 @@ pub fn command_words<'a>(
 /// The command of the algorithm `name`: `RL.<NAME>`.
 pub fn command_of(name: &str) -> String {
     format!("RL.{}", name.to_ascii_uppercase())
-}
-
-/// Fails the build unless the first column of `table` holds the command
-/// (`RL.<NAME>`, any case) of every algorithm of the registry exactly once,
-/// and otherwise only commands of `others`.
-pub const fn every_command_once<T>(table: &[(&str, T)], others: &[&str]) {
-    every_algorithm_once(table, "RL.", others);
-}
-
-/// Fails the build unless the first column of `table` holds the word of
-/// every algorithm of the registry (`<NAME>`, any case, as `RL.ALL` takes
-/// it) exactly once, and nothing else.
-pub const fn every_word_once<T>(table: &[(&str, T)]) {
-    every_algorithm_once(table, "", &[]);
-}
-
-const fn every_algorithm_once<T>(table: &[(&str, T)], prefix: &str, others: &[&str]) {
-    let mut a = 0;
-    while a < ALGORITHMS.len() {
-        let mut entries = 0;
-        let mut e = 0;
-        while e < table.len() {
-            if names(table[e].0, prefix, ALGORITHMS[a]) {
-                entries += 1;
-            }
-            e += 1;
-        }
-        match entries {
-            0 => no_entry_for_the_algorithm(ALGORITHMS[a]),
-            1 => {}
-            _ => two_entries_for_the_algorithm(ALGORITHMS[a]),
-        }
-        a += 1;
-    }
-    let mut e = 0;
-    while e < table.len() {
-        let mut known = false;
-        let mut a = 0;
-        while a < ALGORITHMS.len() {
-            known = known || names(table[e].0, prefix, ALGORITHMS[a]);
-            a += 1;
-        }
-        let mut o = 0;
-        while o < others.len() {
-            known = known || names(table[e].0, "", others[o]);
-            o += 1;
-        }
-        if !known {
-            an_entry_for_no_algorithm(table[e].0);
-        }
-        e += 1;
-    }
-}
-
-const fn no_entry_for_the_algorithm(name: &str) {
-    panic!("{}", name);
-}
-
-const fn two_entries_for_the_algorithm(name: &str) {
-    panic!("{}", name);
-}
-
-const fn an_entry_for_no_algorithm(entry: &str) {
-    panic!("{}", entry);
-}
-
-/// Whether `entry` is `prefix` then `name`, in any case.
-const fn names(entry: &str, prefix: &str, name: &str) -> bool {
-    let (entry, prefix, name) = (entry.as_bytes(), prefix.as_bytes(), name.as_bytes());
-    if entry.len() != prefix.len() + name.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i < entry.len() {
-        let wanted = if i < prefix.len() {
-            prefix[i]
-        } else {
-            name[i - prefix.len()]
-        };
-        if !entry[i].eq_ignore_ascii_case(&wanted) {
-            return false;
-        }
-        i += 1;
-    }
-    true
 }

@@ -5,9 +5,9 @@
 //! state must pass, and the split of a fuzz input into an encoded state and
 //! the bytes that drive the checks.
 //!
-//! Nothing here is written per algorithm: the lists come from
-//! `redis_ratelimit::registry!`, so an algorithm added there is fuzzed by
-//! every target as it is. The registry's other states (the concurrency
+//! Nothing here is written per algorithm: the lists and the dispatch come
+//! from the registry's walk (`redis_ratelimit::algorithms::registry`), so an
+//! algorithm added there is fuzzed by every target as it is. The registry's other states (the concurrency
 //! limiter's leases) are driven by their own operations, through [`Other`]:
 //! a new one without an `Other` impl does not build.
 //!
@@ -22,20 +22,20 @@
 use std::any::TypeId;
 
 use libfuzzer_sys::arbitrary::Unstructured;
-use redis_ratelimit::algorithms::penalty::Penalizable;
+use redis_ratelimit::algorithms::registry::{self, Each, Listed};
 use redis_ratelimit::algorithms::{
-    Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS,
+    Decision, Field, Mode, Registered, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS,
 };
 use redis_ratelimit::error::CommandError;
 use redis_ratelimit::parse::syntax::{Kind, Word};
-use redis_ratelimit::parse::{self, check_args, Syntax, Tier};
+use redis_ratelimit::parse::{self, check_args, Syntax};
 use redis_ratelimit::redis_cell::ClThrottleArgs;
 
 /// A rate-limiting algorithm as the fuzz targets drive it: any algorithm
-/// (the registry's `algorithms`), nothing to write for it.
-pub trait Fuzzed: Algorithm<Params: 'static> + Penalizable + std::fmt::Debug + 'static {}
+/// of the registry (`registry::Listed`), nothing to write for it.
+pub trait Fuzzed: Listed {}
 
-impl<A: Algorithm<Params: 'static> + Penalizable + std::fmt::Debug + 'static> Fuzzed for A {}
+impl<A: Listed> Fuzzed for A {}
 
 /// A stored type of the registry that is not an algorithm (its `others`):
 /// it has operations of its own, so the targets need to be told how to
@@ -55,45 +55,39 @@ pub trait Visitor {
     fn other<S: Other>(self) -> Self::Out;
 }
 
-/// What to do with one tier of `RL.ALL`.
-pub trait TierVisitor {
-    type Out;
-    fn tier<A: Fuzzed>(self, params: A::Params) -> Self::Out;
+/// The algorithms' tags, in registry order.
+pub const ALGORITHM_TAGS: &[u8] = registry::TAGS;
+/// The other states' tags, in registry order.
+pub const OTHER_TAGS: &[u8] = registry::OTHER_TAGS;
+/// The algorithms' names (their command is `RL.<NAME>`).
+pub const ALGORITHM_NAMES: &[&str] = registry::NAMES;
+
+// The registry's other states, each driven by its own `Other` impl: one so
+// far, the concurrency limiter's leases (see `on_tag`).
+const _: () = assert!(
+    OTHER_TAGS.len() == 1,
+    "a new other state of the registry needs its `Other` impl called in `on_tag`"
+);
+
+/// A [`Visitor`], used once, on the registry's walk.
+struct Once<V>(Option<V>);
+
+impl<V: Visitor> Each for Once<V> {
+    type Out = Option<V::Out>;
+    fn algorithm<A: Listed>(&mut self) -> Option<V::Out> {
+        self.0.take().map(|visitor| visitor.algorithm::<A>())
+    }
 }
 
-macro_rules! fuzzed_registry {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
-        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal;)* }
-    ) => {
-        /// The algorithms' tags, in registry order.
-        pub const ALGORITHM_TAGS: &[u8] = &[$($tag),*];
-        /// The other states' tags, in registry order.
-        pub const OTHER_TAGS: &[u8] = &[$($otag),*];
-        /// The algorithms' names (their command is `RL.<NAME>`).
-        pub const ALGORITHM_NAMES: &[&str] = &[$($name),*];
-
-        /// Calls `visitor` with the stored type whose tag is `tag`, the way
-        /// the Redis layer dispatches a stored state; `None` for a tag no
-        /// type has.
-        pub fn on_tag<V: Visitor>(tag: u8, visitor: V) -> Option<V::Out> {
-            match tag {
-                $($tag => Some(visitor.algorithm::<redis_ratelimit::algorithms::$module::$ty>()),)*
-                $($otag => Some(visitor.other::<redis_ratelimit::algorithms::$omodule::$oty>()),)*
-                _ => None,
-            }
-        }
-
-        /// Calls `visitor` with the algorithm and parameters of an
-        /// `RL.ALL` tier.
-        pub fn on_tier<V: TierVisitor>(tier: Tier, visitor: V) -> V::Out {
-            match tier {
-                $(Tier::$ty(params) => visitor.tier::<redis_ratelimit::algorithms::$module::$ty>(params),)*
-            }
-        }
-    };
+/// Calls `visitor` with the stored type whose tag is `tag`, the way the
+/// Redis layer dispatches a stored state; `None` for a tag no type has.
+pub fn on_tag<V: Visitor>(tag: u8, visitor: V) -> Option<V::Out> {
+    use redis_ratelimit::algorithms::concurrency::Leases;
+    if tag == <Leases as Registered>::TAG {
+        return Some(visitor.other::<Leases>());
+    }
+    registry::on_algorithm_tag(tag, &mut Once(Some(visitor))).flatten()
 }
-redis_ratelimit::registry!(fuzzed_registry);
 
 /// Whether `tag` is one of the registry's.
 pub fn registered(tag: u8) -> bool {

@@ -291,6 +291,10 @@ impl Algorithm for SlidingLog {
         self.params
     }
 
+    fn limit_of(limit: u64, window_ms: u64) -> SlidingLogParams {
+        SlidingLogParams { limit, window_ms }
+    }
+
     /// The entries carry over as they are: every request the log holds
     /// counts under the new parameters for as long as it is inside the new
     /// window, so from the change on no window-long span of the new length
