@@ -53,7 +53,7 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
         }
     }
     for command in commands::table() {
-        if let Err(why) = ffi::command::register(loading, &command) {
+        if let Err(why) = ffi::commands::register(loading, &command) {
             ctx.log_warning(&format!("ratelimit: {why}"));
             return Status::Err;
         }

@@ -1,6 +1,6 @@
 //! The context of a command or callback ([`Ctx`]), its replies and the
 //! few calls about the running command; and the one place Redis calls a
-//! command ([`run`], through [`command!`](super::command)).
+//! command ([`run`], through [`command!`](macro@super::command)).
 
 use std::ffi::{c_int, c_long, c_longlong, CStr, CString};
 use std::marker::PhantomData;

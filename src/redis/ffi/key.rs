@@ -1,6 +1,6 @@
 //! A key opened for one command ([`OpenKey`]), closed when dropped: what it
-//! holds, read and written as typed values (see
-//! [`TypedValue`](super::types::TypedValue)), and its expiry.
+//! holds, read and written as typed values (see [`TypedValue`]), and its
+//! expiry.
 
 use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;

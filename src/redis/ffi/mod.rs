@@ -8,7 +8,7 @@
 //! - [`ctx`]: the running command's context and replies;
 //! - [`args`]: its arguments and key names;
 //! - [`block`]: blocked clients and timers;
-//! - [`command`]: registering and documenting a command;
+//! - [`commands`]: registering and documenting a command;
 //! - [`config`]: the module's settings;
 //! - [`key`]: a key opened for a command, its value and expiry;
 //! - [`info`]: the module's section of `INFO`;
@@ -20,7 +20,7 @@ pub mod alloc;
 pub mod api;
 pub mod args;
 pub mod block;
-pub mod command;
+pub mod commands;
 pub mod config;
 pub mod ctx;
 pub mod info;
@@ -31,7 +31,7 @@ pub mod types;
 
 pub use api::missing_apis;
 pub use args::{Args, KeyName, Words};
-pub use command::Command;
+pub use commands::Command;
 pub(crate) use ctx::command;
 pub use ctx::{Ctx, Handler, Status};
 pub use server::{
