@@ -218,12 +218,20 @@ fn an_upgrade_by_failover_keeps_the_primarys_state_on_the_new_release() {
     )
     .unwrap();
     let keys = fill(&mut ocon);
+    // A client waiting on the old primary, with no time limit (no timer due
+    // during the failover).
+    let waiting = waiter(old.port, &mut ocon);
     in_sync(&mut ocon, &mut ncon);
     let before = snapshot(&mut ocon, &keys);
 
     // FAILOVER (Redis 6.2 and later, Valkey): the primary pauses writes,
     // waits for its replica to catch up, then they swap roles.
     run(&mut ocon, &["FAILOVER"]).unwrap();
+    // The server itself unblocks the waiting client when it turns replica.
+    let unblocked = waiting.join().unwrap();
+    println!("the waiting client, at FAILOVER: {unblocked:?}");
+    let error = unblocked.expect_err("a waiting client kept waiting on a replica");
+    assert_eq!(error.code(), Some("UNBLOCKED"), "{error}");
     wait_for("the roles to swap", Duration::from_secs(30), || {
         info_field(&mut ncon, "replication", "role") == "master"
             && info_field(&mut ocon, "replication", "role") == "slave"
