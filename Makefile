@@ -6,7 +6,7 @@ MODULE_DEBUG := target/debug/libredis_ratelimit.so
 
 VALKEY_DIR := target/valkey
 
-.PHONY: run test test-python test-compat test-valkey soak deps build build-debug lint accuracy bench bench-quick bench-core bench-profile fuzz
+.PHONY: run test test-python test-compat test-valkey dist test-dist soak deps build build-debug lint accuracy bench bench-quick bench-core bench-profile fuzz
 
 deps:
 	@scripts/ensure-deps.sh
@@ -124,3 +124,19 @@ fuzz: deps
 		-- -max_total_time=$(FUZZ_SECONDS) -max_len=9000
 	nice -n 10 cargo +nightly fuzz run check_sequence fuzz/corpus/check_sequence fuzz/seeds/states \
 		-- -max_total_time=$(FUZZ_SECONDS) -max_len=9000
+
+# The release an operator installs without Rust (docs/install.md): the
+# release build, its redis.conf snippet, docs/install.md, the README, the
+# licence file if the repository has one, BUILD-INFO and SHA256SUMS, in
+# dist/redis-ratelimit-<version>-linux-<arch>.tar.gz (scripts/dist.sh).
+dist: build
+	scripts/dist.sh
+
+# The tarball as an operator gets it (tests/dist.rs): unpacked into a
+# temporary directory, its sums checked, the glibc symbol versions of the
+# .so printed and held to Ubuntu 22.04's 2.35, and every matrix server that
+# runs here started with it through its conf snippet.
+test-dist: dist
+	tarball=dist/redis-ratelimit-$$(sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n 1)-linux-$$(uname -m).tar.gz && \
+	servers="$$(command -v redis-server) $$(scripts/get-redis8.sh target/redis8) $$(scripts/get-valkey.sh $(VALKEY_DIR))" && \
+	RL_DIST=$$PWD/$$tarball RL_DIST_SERVERS="$$servers" cargo test --test dist -- --ignored --nocapture --test-threads 1

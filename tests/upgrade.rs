@@ -12,6 +12,8 @@
 //! The "new release" is a copy of the module under test at another path:
 //! what is tested is the path operators take, with the file the server
 //! reports changing (MODULE LIST), not a change of version.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::path::PathBuf;
