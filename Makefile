@@ -84,8 +84,10 @@ accuracy:
 
 # Benchmarks (docs/benchmarks.md). `bench`: its own redis-servers (one bare,
 # then a primary with a replica) with the release module, on free loopback
-# ports: server CPU per request and throughput of every check command against
-# INCR and Lua, replication bytes per check, checks on big states (a 1M-entry
+# ports: server CPU per request (the main thread's, /proc/<pid>/schedstat) and
+# throughput of every check command against INCR, the floor (benches/floor/,
+# a minimal C module the bench builds and loads beside ours) and Lua,
+# replication bytes per check, checks on big states (a 1M-entry
 # sliding log, 100k leases, built by examples/bench_states.rs) and memory per
 # key, with the goals, written into docs/benchmarks.md; about 10 min plus,
 # the first time, a release build of the dev-dependencies. RL_MODULE=path
@@ -103,8 +105,11 @@ bench-quick: build
 bench-core:
 	cargo bench --bench algorithms
 
-# Instructions per request of INCR and RL.* under callgrind, and where they
-# go inside the command (needs valgrind: apt-get install -y valgrind).
+# Instructions per request of INCR, the floor and RL.* under callgrind, and
+# where they go inside the command (needs valgrind: apt-get install -y
+# valgrind); then the guard: fails if a command costs more than 3% over the
+# instructions committed in docs/benchmarks.md (PROFILE_GUARD=write commits
+# new figures, PROFILE_GUARD=0 skips it).
 bench-profile: deps
 	scripts/profile.sh
 
