@@ -52,7 +52,8 @@ cat >"$dir/redis-ratelimit.conf" <<EOF
 # redis-ratelimit $version: the module's lines for redis.conf. Copy them into
 # redis.conf, or add "include /etc/redis/redis-ratelimit.conf" there.
 # The path is where INSTALL.md puts the .so; any absolute path the server's
-# user can read works. A module's settings must come after its loadmodule.
+# user can read works. The settings may stand anywhere in the file: the
+# server applies them once the module is loaded.
 loadmodule $install_dir/libredis_ratelimit.so
 
 # The settings, at their defaults (README.md, "Configuration, INFO and
