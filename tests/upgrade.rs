@@ -225,6 +225,7 @@ fn an_upgrade_by_failover_keeps_the_primarys_state_on_the_new_release() {
     let waiting = waiter(old.port, &mut ocon);
     in_sync(&mut ocon, &mut ncon);
     let before = snapshot(&mut ocon, &keys);
+    let slots = dump(&mut ocon, "slots");
 
     // FAILOVER (Redis 6.2 and later, Valkey): the primary pauses writes,
     // waits for its replica to catch up, then they swap roles.
@@ -240,6 +241,8 @@ fn an_upgrade_by_failover_keeps_the_primarys_state_on_the_new_release() {
             && info_field(&mut ocon, "replication", "master_link_status") == "up"
     });
     assert_eq!(snapshot(&mut ncon, &keys), before);
+    // The unblocked client took nothing.
+    assert_eq!(dump(&mut ncon, "slots"), slots);
     assert!(module_list(&mut ncon).contains("libredis_ratelimit-next.so"));
 
     // The new release serves, and the old one, now its replica, follows
