@@ -39,7 +39,7 @@ fi
 
 if ! out=$("$server" --version 2>&1); then
   echo "redis-stack 7.4: its redis-server does not start here: $out" >&2
-  missing=$(ldd "$server" 2>/dev/null | sed -n 's/^\s*\(\S*\) => not found/\1/p' | tr '\n' ' ')
+  missing=$(ldd "$server" 2>/dev/null | sed -n 's/^\s*\(\S*\) => not found/\1/p' | paste -s -d ' ')
   [ -z "$missing" ] || echo "redis-stack 7.4: missing shared libraries: $missing" >&2
   exit 3
 fi
