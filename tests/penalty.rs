@@ -274,7 +274,17 @@ fn snapshot(con: &mut redis::Connection, keys: &[&str]) -> Vec<(Option<Vec<u8>>,
 fn a_penalty_reaches_a_replica_as_an_effect_and_survives_rdb_and_aof() {
     for preamble in ["yes", "no"] {
         let mut primary =
-            Server::start(&["--appendonly", "yes", "--aof-use-rdb-preamble", preamble]);
+            // `always`: every write is in the file before its reply, so the
+            // kill below loses nothing (`everysec` may hold writes back for up
+            // to 2 s while a background fsync runs, as on a loaded machine).
+            Server::start(&[
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--aof-use-rdb-preamble",
+                preamble,
+            ]);
         let replica = Server::start_replica_of(&primary);
         let mut con = primary.connect();
         let mut rcon = replica.connect();
