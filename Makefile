@@ -6,7 +6,7 @@ MODULE_DEBUG := target/debug/libredis_ratelimit.so
 
 VALKEY_DIR := target/valkey
 
-.PHONY: run test test-python test-node test-valkey soak deps build build-debug lint accuracy bench bench-quick bench-core bench-profile fuzz
+.PHONY: run test test-python test-node test-compat test-valkey dist test-dist soak deps build build-debug lint accuracy bench bench-quick bench-core bench-profile fuzz
 
 deps:
 	@scripts/ensure-deps.sh
@@ -68,12 +68,18 @@ test-node: build-debug $(NODECLIENT)/node_modules/.installed
 	cd $(NODECLIENT) && npm run --silent typecheck
 	cd $(NODECLIENT) && npm test
 
-# The integration tests against valkey-server 8.1.8 instead of redis-server
-# (fetched once into $(VALKEY_DIR) by scripts/get-valkey.sh; its valkey-cli
-# builds the test clusters).
+# The compatibility matrix (docs/install.md): the integration tests on each
+# server we can fetch, each binary pinned by SHA-256 and cached under
+# target/: Redis 7.0 (Debian), Redis 8.2 (scripts/get-redis8.sh), Valkey 8.1
+# (scripts/get-valkey.sh), Redis Stack 7.4 (scripts/get-redis-stack.sh:
+# reported, not failed, where it cannot start). COMPAT_SERVERS="redis-8.2
+# valkey-8.1" for some of them; prints a table of what ran where.
+test-compat: build-debug
+	scripts/test-compat.sh
+
+# One column of the matrix: the integration tests against Valkey 8.1.8.
 test-valkey: build-debug
-	server=$$(scripts/get-valkey.sh $(VALKEY_DIR)) && \
-	RL_SERVER=$$server RL_CLI=$(VALKEY_DIR)/valkey-cli cargo test --no-fail-fast --test '*'
+	COMPAT_SERVERS=valkey-8.1 scripts/test-compat.sh
 
 # On demand: a minute of traffic over a million expiring keys against the
 # release build, printing memory and error figures (tests/soak.rs). About
@@ -96,8 +102,10 @@ accuracy:
 
 # Benchmarks (docs/benchmarks.md). `bench`: its own redis-servers (one bare,
 # then a primary with a replica) with the release module, on free loopback
-# ports: server CPU per request and throughput of every check command against
-# INCR and Lua, replication bytes per check, checks on big states (a 1M-entry
+# ports: server CPU per request (the main thread's, /proc/<pid>/schedstat) and
+# throughput of every check command against INCR, the floor (benches/floor/,
+# a minimal C module the bench builds and loads beside ours) and Lua,
+# replication bytes per check, checks on big states (a 1M-entry
 # sliding log, 100k leases, built by examples/bench_states.rs) and memory per
 # key, with the goals, written into docs/benchmarks.md; about 10 min plus,
 # the first time, a release build of the dev-dependencies. RL_MODULE=path
@@ -115,8 +123,11 @@ bench-quick: build
 bench-core:
 	cargo bench --bench algorithms
 
-# Instructions per request of INCR and RL.* under callgrind, and where they
-# go inside the command (needs valgrind: apt-get install -y valgrind).
+# Instructions per request of INCR, the floor and RL.* under callgrind, and
+# where they go inside the command (needs valgrind: apt-get install -y
+# valgrind); then the guard: fails if a command costs more than 3% over the
+# instructions committed in docs/benchmarks.md (PROFILE_GUARD=write commits
+# new figures, PROFILE_GUARD=0 skips it).
 bench-profile: deps
 	scripts/profile.sh
 
@@ -139,3 +150,19 @@ fuzz: deps
 		$(FUZZ_MADE)/states -- -max_total_time=$(FUZZ_SECONDS) -max_len=9000
 	nice -n 10 cargo +nightly fuzz run check_sequence fuzz/corpus/check_sequence fuzz/seeds/states \
 		$(FUZZ_MADE)/states -- -max_total_time=$(FUZZ_SECONDS) -max_len=9000
+
+# The release an operator installs without Rust (docs/install.md): the
+# release build, its redis.conf snippet, docs/install.md, the README, the
+# licence file if the repository has one, BUILD-INFO and SHA256SUMS, in
+# dist/redis-ratelimit-<version>-linux-<arch>.tar.gz (scripts/dist.sh).
+dist: build
+	scripts/dist.sh
+
+# The tarball as an operator gets it (tests/dist.rs): unpacked into a
+# temporary directory, its sums checked, the glibc symbol versions of the
+# .so printed and held to Ubuntu 22.04's 2.35, and every matrix server that
+# runs here started with it through its conf snippet.
+test-dist: dist
+	tarball=dist/redis-ratelimit-$$(sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n 1)-linux-$$(uname -m).tar.gz && \
+	servers="$$(command -v redis-server) $$(scripts/get-redis8.sh target/redis8) $$(scripts/get-valkey.sh $(VALKEY_DIR))" && \
+	RL_DIST=$$PWD/$$tarball RL_DIST_SERVERS="$$servers" cargo test --test dist -- --ignored --nocapture --test-threads 1

@@ -10,9 +10,11 @@ failure, and killed with this process if it dies), then, in one run:
    and full sliding logs;
 2. server CPU per request and throughput, bare (one server): redis-benchmark
    (50 clients, 100k random keys, pipeline 32 and unpipelined) for INCR,
-   every check command, CL.THROTTLE and the Lua twins (benches/lua/*.lua, by
-   EVALSHA), each right after an INCR run, in rounds; the server's CPU from
-   /proc/<pid>/stat before and after each run;
+   the floor (FLOOR.CHECK of benches/floor/floor.c, a minimal module loaded
+   beside ours: what any module answering as a check does), every check
+   command, CL.THROTTLE and the Lua twins (benches/lua/*.lua, by EVALSHA),
+   each right after an INCR run, in rounds; the CPU time of the server's
+   main thread from /proc/<pid>/schedstat (ns) before and after each run;
 3. checks on big states (bare): a 1M-entry sliding log against a small one
    (allowed and denied), RL.ACQUIRE / renew / RL.RELEASE on 100k leases
    against 10, the states built by examples/bench_states.rs;
@@ -69,6 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchkit import Abort  # noqa: E402
 from benchkit import cases, memory, report, states, throughput  # noqa: E402
+from benchkit.cases import FLOOR  # noqa: E402
 from benchkit.server import Server, Servers, start_replica_pair, wait_in_sync  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -223,7 +226,7 @@ class Run:
             args.counts.rounds, args.counts.requests, args.counts.requests_p32, args.counts.warmup
         )
         self.seconds = 0.0
-        self.min_ticks = None
+        self.min_cpu_ms = None
 
 
 def measure(args, results, run, builder, need_states, deadline, log):
@@ -232,12 +235,13 @@ def measure(args, results, run, builder, need_states, deadline, log):
     algorithms = results.algorithms
     extra = [cases.CL_THROTTLE]
     lua = cases.LUA_TESTS
-    checks = algorithms + extra + lua
+    checks = [FLOOR] + algorithms + extra + lua
+    modules = [args.module, args.floor_module]
     workdir = builder.workdir
     shas = {}
     if not {"memory", "bare", "big"} <= args.skip:
         with Servers() as servers:
-            server = servers.start(Server(args.server, [args.module], workdir, "bare"))
+            server = servers.start(Server(args.server, modules, workdir, "bare"))
             log(f"bare: redis-server on 127.0.0.1:{server.port}, module {args.module}")
             client = server.client()
             results.info = client.info("server")
@@ -261,7 +265,7 @@ def measure(args, results, run, builder, need_states, deadline, log):
                 results.big = states.measure_big_states(server, builder, counts, deadline, log)
     if "replica" not in args.skip:
         with Servers() as servers:
-            primary, replica = start_replica_pair(servers, args.server, [args.module], workdir)
+            primary, replica = start_replica_pair(servers, args.server, modules, workdir)
             log(f"replica: primary on 127.0.0.1:{primary.port}, replica on {replica.port}, in sync")
             client = primary.client()
             if not results.info:
@@ -296,6 +300,13 @@ def main():
             raise Abort(f"{tool} not found: run scripts/ensure-deps.sh (installs redis-server and redis-tools)")
     if not Path(args.module).is_file():
         raise Abort(f"{args.module} is missing: build it with `make build` (or set RL_MODULE)")
+    # The floor module, built (if its source changed) with the C compiler.
+    built = subprocess.run(
+        [str(ROOT / "benches" / "floor" / "build.sh")], capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
+    if built.returncode != 0:
+        raise Abort(f"benches/floor/build.sh failed:\n{built.stderr}")
+    args.floor_module = str(ROOT / built.stdout.strip())
     # First, so that a case for no algorithm stops the bench at once.
     algorithms = cases.algorithm_tests(ROOT)
     extra = [cases.CL_THROTTLE]
@@ -341,7 +352,7 @@ def main():
     run.seconds = time.monotonic() - t0
     phases = [p for p in (results.bare, results.replica, results.cell) if p]
     if phases:
-        run.min_ticks = min(report.min_ticks(p) for p in phases)
+        run.min_cpu_ms = min(report.min_cpu_ms(p) for p in phases)
     body, met_all = report.report(run, results, algorithms, extra, lua, shas)
     print(body)
     if not args.no_write:

@@ -5,7 +5,8 @@ Usage: callgrind_summary.py REQUESTS BASELINE_DUMP DUMP...
 
 For each dump: the instructions of the whole server per request (the event
 loop, reading and parsing the request, the command, the reply), as a ratio
-to the baseline's (INCR); the whole command (Redis's `call`); then what the
+to the baseline's (INCR) and to the floor's (the dump named "floor", when
+there is one); the whole command (Redis's `call`); then what the
 module's command handler spends, inclusive, per request, callee by callee
 (the module API functions, RM_*, and the module's own functions the compiler
 did not inline), two levels deep (the second in proportion, when a callee
@@ -99,12 +100,22 @@ def main():
     requests = int(sys.argv[1])
     baseline, dumps = sys.argv[2], sys.argv[3:]
     base = summary_total(baseline) / requests
+    graphs = {dump: calls(dump) for dump in [baseline] + dumps}
+    # The floor module's dump (scripts/profile.sh names it "floor"): what
+    # each command costs as a ratio to it, whole server and in call().
+    floor = next((d for d in dumps if trigger(d) == "floor"), None)
+    if floor:
+        floor_total = summary_total(floor) / requests
+        floor_call = inclusive(graphs[floor], "call") / requests
     for dump in [baseline] + dumps:
-        graph = calls(dump)
+        graph = graphs[dump]
         total = summary_total(dump) / requests
+        in_call = inclusive(graph, "call") / requests
         print()
-        print(f"{trigger(dump)}: {total:,.0f} instructions a request (whole server), {total / base:.2f}x INCR")
-        print(f"  {inclusive(graph, 'call') / requests:9,.0f}  the command (Redis's call())")
+        vs_floor = f", {total / floor_total:.2f}x the floor" if floor else ""
+        print(f"{trigger(dump)}: {total:,.0f} instructions a request (whole server), {total / base:.2f}x INCR{vs_floor}")
+        vs_floor = f", {in_call / floor_call:.2f}x the floor's" if floor else ""
+        print(f"  {in_call:9,.0f}  the command (Redis's call()){vs_floor}")
         name, cost = handler(graph)
         if name is None:
             continue

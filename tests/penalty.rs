@@ -273,17 +273,18 @@ fn snapshot(con: &mut redis::Connection, keys: &[&str]) -> Vec<(Option<Vec<u8>>,
 #[test]
 fn a_penalty_reaches_a_replica_as_an_effect_and_survives_rdb_and_aof() {
     for preamble in ["yes", "no"] {
-        // Each write on disk before its reply: the primary is killed (not
-        // shut down) below, and under `everysec` a slow background fsync
-        // (a loaded machine) postpones the writes after it for up to 2 s.
-        let mut primary = Server::start(&[
-            "--appendonly",
-            "yes",
-            "--aof-use-rdb-preamble",
-            preamble,
-            "--appendfsync",
-            "always",
-        ]);
+        let mut primary =
+            // `always`: every write is in the file before its reply, so the
+            // kill below loses nothing (`everysec` may hold writes back for up
+            // to 2 s while a background fsync runs, as on a loaded machine).
+            Server::start(&[
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--aof-use-rdb-preamble",
+                preamble,
+            ]);
         let replica = Server::start_replica_of(&primary);
         let mut con = primary.connect();
         let mut rcon = replica.connect();

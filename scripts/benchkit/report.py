@@ -8,9 +8,8 @@ import os
 import platform
 from pathlib import Path
 
-from .cases import BIG_STATE_GOAL, INCR, REPLICA_CPU_GOAL, REPLICATION_GOAL_BYTES
+from .cases import BIG_STATE_GOAL, FLOOR, FLOOR_LABEL, INCR, REPLICATION_GOAL_BYTES
 from .memory import FULL_LOG_LABEL
-from .server import CLOCK_TICKS
 from .states import REPL_KEY_BYTES
 from .throughput import ALLOWED_SAMPLE, CLIENTS, GOAL_PIPELINE, KEYSPACE, figures, incr_figure
 
@@ -52,29 +51,19 @@ def goals(results, algorithms, extra):
     """The product's goals, each met or not with the measured figure."""
     g = Goals()
     checks = algorithms + extra
-    if results.bare:
-        f = figures(results.bare, GOAL_PIPELINE)
+    for phase, setup in ((results.bare, "bare"), (results.replica, "one replica, primary's CPU")):
+        if not phase:
+            g.not_measured(f"server CPU, {setup}")
+            continue
+        f = figures(phase, GOAL_PIPELINE)
         for test in checks:
             if test.cpu_goal is not None:
-                x = f[test.label].cpu_x
+                x = floor_x(f, test.label)
                 g.row(
-                    f"{test.label}: server CPU a check <= {test.cpu_goal}x INCR's (bare, P{GOAL_PIPELINE})",
+                    f"{test.label}: server CPU a check <= {test.cpu_goal}x the floor's ({setup}, P{GOAL_PIPELINE})",
                     f"{x:.2f}x",
                     x <= test.cpu_goal,
                 )
-    else:
-        g.not_measured("server CPU, bare")
-    if results.replica:
-        f = figures(results.replica, GOAL_PIPELINE)
-        for test in checks:
-            x = f[test.label].cpu_x
-            g.row(
-                f"{test.label}: server CPU a check <= {REPLICA_CPU_GOAL}x INCR's (one replica, primary's CPU, P{GOAL_PIPELINE})",
-                f"{x:.2f}x",
-                x <= REPLICA_CPU_GOAL,
-            )
-    else:
-        g.not_measured("server CPU with a replica")
     if results.replication:
         for row in results.replication:
             if row.goal:
@@ -113,27 +102,36 @@ def goals(results, algorithms, extra):
     return g
 
 
+def floor_x(figs, label):
+    """A command's CPU as a ratio to the floor's: the ratio of their ratios
+    to the INCR runs beside them, same server, same rounds."""
+    return figs[label].cpu_x / figs[FLOOR_LABEL].cpu_x
+
+
 def throughput_table(phase, pipeline):
     figs = figures(phase, pipeline)
     rps, cpu, p50, p99, runs = incr_figure(phase, pipeline)
+    has_floor = FLOOR_LABEL in figs
     lines = [
-        "| command | server CPU us a request | x INCR | ops/s | x INCR | p50 ms | p99 ms | CPU x its Lua twin's | allowed |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-        f"| INCR (median of {runs} runs) | {cpu:.2f} | 1 | {rps:,.0f} | 1 | {p50:.3f} | {p99:.3f} | | |",
+        "| command | server CPU us a request | x INCR | x the floor | ops/s | x INCR | p50 ms | p99 ms | CPU x its Lua twin's | allowed |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| INCR (median of {runs} runs) | {cpu:.3f} | 1 | "
+        f"{f'{1 / figs[FLOOR_LABEL].cpu_x:.2f}' if has_floor else ''} | {rps:,.0f} | 1 | {p50:.3f} | {p99:.3f} | | |",
     ]
     for test in phase.tests:
         f = figs[test.label]
         twin = f"{f.cpu_x / figs[test.twin].cpu_x:.2f}" if test.twin in figs else ""
         share = f"{phase.allowed[test.label]:.1%}" if test.label in phase.allowed else ""
+        fx = f"{floor_x(figs, test.label):.2f}" if has_floor else ""
         lines.append(
-            f"| {test.label} | {f.cpu_us:.2f} | {f.cpu_x:.2f} | {f.rps:,.0f} | {f.rps_x:.2f} "
+            f"| {test.label} | {f.cpu_us:.3f} | {f.cpu_x:.2f} | {fx} | {f.rps:,.0f} | {f.rps_x:.2f} "
             f"| {f.p50:.3f} | {f.p99:.3f} | {twin} | {share} |"
         )
     return lines
 
 
-def min_ticks(phase):
-    return min(f.min_ticks for p in (1, 32) for f in figures(phase, p).values())
+def min_cpu_ms(phase):
+    return min(f.min_cpu_ms for p in (1, 32) for f in figures(phase, p).values())
 
 
 def cell_table(results):
@@ -206,11 +204,14 @@ def report(run, results, algorithms, extra, lua, shas):
         f"- Redis {results.info.get('redis_version', '?')} ({results.info.get('mem_allocator', '?')}); "
         f"module under test: `{run.module}` ({run.module_id})",
         f"- Machine: {machine()}",
-        f"- Server CPU: utime + stime of the redis-server process (all threads) from /proc/<pid>/stat, read "
-        f"right before and after each redis-benchmark run, over its requests; {CLOCK_TICKS} ticks a second"
-        + (f", the shortest run measured {run.min_ticks} ticks" if run.min_ticks is not None else "")
+        "- Server CPU: the time on a CPU of the server's main thread (the one that runs every command), in "
+        "nanoseconds from /proc/<pid>/schedstat, read right before and after each redis-benchmark run, over its "
+        "requests"
+        + (f"; the least CPU time any run measured: {run.min_cpu_ms:,.1f} ms" if run.min_cpu_ms is not None else "")
         + ". Each \"x INCR\" is the median over the rounds of the ratio to the INCR run made right before it "
-        "on the same server.",
+        "on the same server; \"x the floor\" is a command's \"x INCR\" over the floor's (`FLOOR.CHECK`, "
+        "benches/floor/floor.c: open the key, read and write a 32-byte value of its own type, set an expiry, "
+        "reply five integers, replicate verbatim), measured in the same rounds.",
         f"- Each run: `redis-benchmark -h 127.0.0.1 -p PORT -c {CLIENTS} -r {KEYSPACE} -n N -P P --csv <command>` "
         f"with N = {run.settings.requests:,} unpipelined and {run.settings.requests_p32:,} at pipeline 32 "
         f"({run.settings.requests_p32 // 2:,} for Lua); {run.settings.rounds} round(s), after a warm-up that creates "
@@ -266,7 +267,7 @@ def report(run, results, algorithms, extra, lua, shas):
                 "",
             ]
     out += ["### The commands measured", "", "| label | command (KEY: the key) |", "|---|---|"]
-    for test in [INCR] + algorithms + extra + lua:
+    for test in [INCR, FLOOR] + algorithms + extra + lua:
         sha = f"<sha of benches/lua/{test.script}>" if test.script else None
         out.append(f"| {test.label} | `{' '.join(test.command('KEY', sha))}` |")
     return "\n".join(out), g.met_all

@@ -3,7 +3,7 @@ its own directory under the run's temporary one, with no persistence; stopped
 by `stop()` (the callers' `finally` blocks), and killed with this process
 should it die any other way (Linux's parent-death signal). A primary with one
 replica is two of them, `replicaof` the first, returned once the initial sync
-is done. `cpu_seconds` reads a server's CPU time from /proc."""
+is done. `cpu_ns` reads a server's CPU time from /proc."""
 
 import ctypes
 import os
@@ -16,8 +16,6 @@ from pathlib import Path
 from . import Abort
 from .resp import Client, ReplyError
 
-# Clock ticks per second of /proc/<pid>/stat's utime and stime.
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def die_with_parent():
@@ -31,16 +29,18 @@ def die_with_parent():
         pass
 
 
-def cpu_ticks(pid):
-    """utime + stime of process `pid`, all its threads, in clock ticks
-    (CLOCK_TICKS a second): fields 14 and 15 of /proc/<pid>/stat."""
+def cpu_ns(pid):
+    """Nanoseconds the main thread of process `pid` (the thread that runs
+    every command) has spent on a CPU: the first field of
+    /proc/<pid>/schedstat, kept by the scheduler to the nanosecond, unlike
+    the clock ticks (10 ms) of /proc/<pid>/stat."""
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError as e:
-        raise Abort(f"cannot read the server's CPU time ({e}): the bench needs Linux's /proc")
-    # The command name (field 2) is in parentheses and may hold spaces.
-    fields = text[text.rindex(")") + 2 :].split()
-    return int(fields[11]) + int(fields[12])
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+    except (OSError, IndexError, ValueError) as e:
+        raise Abort(
+            f"cannot read the server's CPU time ({e}): the bench needs Linux's /proc/<pid>/schedstat "
+            "(CONFIG_SCHEDSTATS)"
+        )
 
 
 def _free_port():
@@ -121,8 +121,8 @@ class Server:
     def client(self, timeout=60):
         return Client(self.port, timeout=timeout)
 
-    def cpu_ticks(self):
-        return cpu_ticks(self.pid)
+    def cpu_ns(self):
+        return cpu_ns(self.pid)
 
     def log_tail(self, chars=2000):
         try:

@@ -1,9 +1,9 @@
 """Throughput, latency and server CPU per request, with redis-benchmark.
 
 Each run: `redis-benchmark -c 50 -r 100000 -P P --csv` on one command, with
-the server's CPU time (utime + stime from /proc/<pid>/stat: the whole
-process, every thread) read right before and right after it; CPU per request
-is the difference over the requests. Each command runs right after an INCR
+the CPU time of the server's main thread (the one that runs the commands;
+nanoseconds, from /proc/<pid>/schedstat) read right before and right after
+it; CPU per request is the difference over the requests. Each command runs right after an INCR
 run of the same pipelining, on the same server, in several rounds: on a
 shared machine absolute figures drift, ratios to the run beside hold better.
 A figure is the median over the rounds, a ratio the median of the rounds'
@@ -20,7 +20,7 @@ import subprocess
 from . import Abort
 from .cases import INCR
 from .resp import ReplyError
-from .server import CLOCK_TICKS, die_with_parent
+from .server import die_with_parent
 
 CLIENTS = 50
 KEYSPACE = 100_000
@@ -37,17 +37,17 @@ ALLOWED_SAMPLE = 2000
 class Sample:
     """One redis-benchmark run."""
 
-    def __init__(self, rps, p50_ms, p99_ms, requests, cpu_ticks):
+    def __init__(self, rps, p50_ms, p99_ms, requests, cpu_ns):
         self.rps = rps
         self.p50_ms = p50_ms
         self.p99_ms = p99_ms
         self.requests = requests
-        self.cpu_ticks = cpu_ticks
+        self.cpu_ns = cpu_ns
 
     @property
     def cpu_us(self):
         """Server CPU per request, microseconds."""
-        return self.cpu_ticks / CLOCK_TICKS * 1e6 / self.requests
+        return self.cpu_ns / 1e3 / self.requests
 
 
 def load_scripts(client, lua_tests, lua_dir):
@@ -94,7 +94,7 @@ def benchmark_argv(port, pipeline, requests, command):
 
 def run_benchmark(server, pipeline, requests, command, deadline):
     argv = benchmark_argv(server.port, pipeline, requests, command)
-    before = server.cpu_ticks()
+    before = server.cpu_ns()
     try:
         done = subprocess.run(
             argv,
@@ -106,7 +106,7 @@ def run_benchmark(server, pipeline, requests, command, deadline):
         )
     except subprocess.TimeoutExpired as e:
         raise Abort(f"redis-benchmark did not finish in {e.timeout:.0f} s: {shlex.join(argv)}")
-    after = server.cpu_ticks()
+    after = server.cpu_ns()
     # redis-benchmark exits with 1 and prints "Error from server" on stderr
     # when a reply is an error.
     if done.returncode != 0 or "Error" in done.stderr:
@@ -206,10 +206,9 @@ class Figure:
         self.p99 = statistics.median(s.p99_ms for s, _ in pairs)
         self.cpu_us = statistics.median(s.cpu_us for s, _ in pairs)
         self.rps_x = statistics.median(s.rps / i.rps for s, i in pairs)
-        self.cpu_x = statistics.median(s.cpu_us / i.cpu_us for s, i in pairs if i.cpu_ticks > 0)
-        # The fewest clock ticks any run of this figure measured: the
-        # resolution of its CPU figure.
-        self.min_ticks = min(min(s.cpu_ticks, i.cpu_ticks) for s, i in pairs)
+        self.cpu_x = statistics.median(s.cpu_us / i.cpu_us for s, i in pairs if i.cpu_ns > 0)
+        # The least CPU time any run of this figure measured, ms.
+        self.min_cpu_ms = min(min(s.cpu_ns, i.cpu_ns) for s, i in pairs) / 1e6
 
 
 def figures(phase, pipeline):

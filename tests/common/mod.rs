@@ -53,6 +53,9 @@ pub struct Options<'a> {
     /// Cluster mode: `--cluster-enabled yes`, with the cluster bus on a free
     /// port of its own (the default, port + 10000, may be taken or above 65535).
     pub cluster: bool,
+    /// The module file to load instead of `module_path()` (e.g. a copy
+    /// standing for another release, in the upgrade tests).
+    pub module: Option<&'a Path>,
 }
 
 pub struct Server {
@@ -98,7 +101,8 @@ impl Server {
         .map(|s| s.to_string())
         .collect();
         args.push("--loadmodule".into());
-        args.push(module_path().display().to_string());
+        let module = options.module.map_or_else(module_path, Path::to_path_buf);
+        args.push(module.display().to_string());
         if options.cluster {
             // The nodes file (nodes.conf) goes to the node's own `--dir`.
             args.extend(["--cluster-enabled", "yes"].map(String::from));
