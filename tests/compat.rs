@@ -84,8 +84,9 @@ impl Resp3 {
 fn resp3_replies_are_an_array_of_integers_and_a_map_on_every_server() {
     let server = Server::start(&[]);
     let mut con = Resp3::connect(server.port);
-    for (cmd, params) in LIMIT_5 {
-        let reply = con.call(&command_words(cmd, "k", params, &[]));
+    for spec in limit_5() {
+        let cmd = spec.command.as_str();
+        let reply = con.call(&command_words(cmd, "k", &spec.params(), &[]));
         match &reply {
             Reply::Many('*', items) => {
                 // Five, and the leaky bucket's sixth (its queue).

@@ -50,9 +50,9 @@ impl Drop for NewRelease {
 /// one, a lease set. Their names.
 fn fill(con: &mut redis::Connection) -> Vec<String> {
     let mut keys = Vec::new();
-    for (cmd, params) in LIMIT_5 {
-        let key = format!("u:{cmd}");
-        check(con, &command_words(cmd, &key, params, &[]));
+    for spec in limit_5() {
+        let key = format!("u:{}", spec.command);
+        check(con, &spec.words(&key, &[]));
         keys.push(key);
     }
     // Penalized: used up, then denied with a penalty.
@@ -247,12 +247,9 @@ fn an_upgrade_by_failover_keeps_the_primarys_state_on_the_new_release() {
 
     // The new release serves, and the old one, now its replica, follows
     // until it is restarted on the new file in turn.
-    for (cmd, params) in LIMIT_5 {
-        let key = format!("u:{cmd}");
-        assert_eq!(
-            check(&mut ncon, &command_words(cmd, &key, params, &[]))[0],
-            1
-        );
+    for spec in limit_5() {
+        let key = format!("u:{}", spec.command);
+        assert_eq!(check(&mut ncon, &spec.words(&key, &[]))[0], 1);
     }
     in_sync(&mut ncon, &mut ocon);
     for key in &keys {
