@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use redis_ratelimit::algorithms::penalty::Penalized;
 use redis_ratelimit::algorithms::{Algorithm, State};
+use redis_ratelimit::encoding::Horizon;
 use redis_ratelimit::parse::Syntax;
 
 /// A stored type of the registry: its name, and whether bytes decode as it.
@@ -24,7 +25,7 @@ struct Checked {
 }
 
 fn decodes<S: State>(bytes: &[u8]) -> bool {
-    S::decode(bytes).is_ok()
+    S::decode(bytes, Horizon::NONE).is_ok()
 }
 
 fn own_options<A: Algorithm>() -> Vec<&'static str> {

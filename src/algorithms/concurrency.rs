@@ -254,8 +254,11 @@ impl Leases {
         self.params = params;
         self.updated_ms = now_ms;
         self.book.drop_ended_and(now_ms, id);
-        self.book
-            .insert(now_ms.saturating_add(params.lease_ms as i64), id);
+        // A lease ends no later than the last time a state carries.
+        let ends_ms = now_ms
+            .saturating_add(params.lease_ms as i64)
+            .min(MAX_TIMESTAMP_MS);
+        self.book.insert(ends_ms, id);
         (self.decision(params.limit, now_ms, true), true)
     }
 
@@ -345,16 +348,12 @@ impl State for Leases {
     fn decode_body(input: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let limit = input.u64()?;
         let lease_ms = input.u64()?;
-        let updated_ms = input.i64()?;
+        let updated_ms = input.timestamp("timestamp out of range")?;
         let count = input.u64()?;
         ensure((1..=MAX_AMOUNT).contains(&limit), "limit out of range")?;
         ensure(
             (1..=MAX_DURATION_MS).contains(&lease_ms),
             "lease out of range",
-        )?;
-        ensure(
-            (0..=MAX_TIMESTAMP_MS).contains(&updated_ms),
-            "timestamp out of range",
         )?;
         // Each lease takes at least 10 bytes: a count larger than what is
         // left cannot be right, and must not size an allocation.
@@ -364,19 +363,13 @@ impl State for Leases {
         )?;
         let mut leases: Vec<(i64, Box<[u8]>)> = Vec::with_capacity(count as usize);
         for _ in 0..count {
-            let ends_ms = input.i64()?;
+            let ends_ms = input.timestamp("lease end out of range")?;
             let len = usize::from(input.u8()?);
             ensure(
                 (1..=MAX_ID_BYTES).contains(&len),
                 "lease id length out of range",
             )?;
             let id = input.bytes(len)?;
-            // A lease taken at the latest time a state carries ends up to
-            // one longest lease after it.
-            ensure(
-                (0..=MAX_TIMESTAMP_MS + MAX_DURATION_MS as i64).contains(&ends_ms),
-                "lease end out of range",
-            )?;
             leases.push((ends_ms, id.into()));
         }
         // Any order is read (older versions wrote leases as they were
@@ -404,6 +397,7 @@ mod tests {
     use super::*;
     use crate::algorithms::testkit::encode as encoded;
     use crate::algorithms::Registered;
+    use crate::encoding::Horizon;
 
     const T0: i64 = 1_700_000_000_000;
 
@@ -449,10 +443,13 @@ mod tests {
             old.push(id.len() as u8);
             old.extend_from_slice(id);
         }
-        let leases = Leases::decode(&old).unwrap();
+        let leases = Leases::decode(&old, Horizon::NONE).unwrap();
         let written = encoded(&leases);
         assert_ne!(written, old, "written back sorted");
-        assert_eq!(encoded(&Leases::decode(&written).unwrap()), written);
+        assert_eq!(
+            encoded(&Leases::decode(&written, Horizon::NONE).unwrap()),
+            written
+        );
         assert_eq!(written.len(), old.len());
         let early_at = written.windows(5).position(|w| w == b"early").unwrap();
         let late_at = written.windows(4).position(|w| w == b"late").unwrap();
@@ -566,13 +563,14 @@ mod tests {
 
     /// Regression (found by fuzzing): a lease taken at the latest time a
     /// state carries ends after it, and decoding refused its end, so the
-    /// state the key stored could not be loaded or replicated.
+    /// state the key stored could not be loaded or replicated. (It now
+    /// ends at that latest time, as a penalty does.)
     #[test]
     fn a_lease_taken_at_the_latest_time_a_state_carries_decodes() {
         let p = params(3, MAX_DURATION_MS);
         let mut s = Leases::new(p, MAX_TIMESTAMP_MS);
         assert!(s.acquire(p, MAX_TIMESTAMP_MS, b"w").1);
-        assert_eq!(Leases::decode(&encoded(&s)), Ok(s));
+        assert_eq!(Leases::decode(&encoded(&s), Horizon::NONE), Ok(s));
     }
 
     #[test]
@@ -582,16 +580,19 @@ mod tests {
         s.acquire(p, T0, b"first");
         s.acquire(p, T0 + 1, &[0xff; MAX_ID_BYTES]);
         let bytes = encoded(&s);
-        assert_eq!(Leases::decode(&bytes), Ok(s.clone()));
+        assert_eq!(Leases::decode(&bytes, Horizon::NONE), Ok(s.clone()));
         for cut in 0..bytes.len() {
-            assert!(Leases::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+            assert!(
+                Leases::decode(&bytes[..cut], Horizon::NONE).is_err(),
+                "cut at {cut}"
+            );
         }
         let mut trailing = bytes.clone();
         trailing.push(0);
-        assert!(Leases::decode(&trailing).is_err());
+        assert!(Leases::decode(&trailing, Horizon::NONE).is_err());
         let mut huge_count = bytes.clone();
         huge_count[25..33].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(Leases::decode(&huge_count).is_err());
+        assert!(Leases::decode(&huge_count, Horizon::NONE).is_err());
         // Hand-written: the state itself cannot hold these.
         let lease_state = |leases: &[(i64, &[u8])]| {
             let mut out = vec![<Leases as crate::algorithms::Registered>::TAG];
@@ -606,10 +607,12 @@ mod tests {
             }
             out
         };
-        assert!(Leases::decode(&lease_state(&[(T0 + 5, b"x")])).is_ok());
-        assert!(Leases::decode(&lease_state(&[(T0, b"x"), (T0 + 5, b"x")])).is_err());
+        assert!(Leases::decode(&lease_state(&[(T0 + 5, b"x")]), Horizon::NONE).is_ok());
+        assert!(
+            Leases::decode(&lease_state(&[(T0, b"x"), (T0 + 5, b"x")]), Horizon::NONE).is_err()
+        );
         let empty_id = lease_state(&[(T0, b"")]);
-        assert!(Leases::decode(&empty_id).is_err());
+        assert!(Leases::decode(&empty_id, Horizon::NONE).is_err());
     }
 
     /// The leases as a naive model keeps them: id -> end, every question
@@ -697,7 +700,7 @@ mod tests {
                 }
                 let held: Vec<(i64, Vec<u8>)> = s.book.iter().map(|(e, i)| (e, i.to_vec())).collect();
                 proptest::prop_assert_eq!(&held, &model.sorted());
-                proptest::prop_assert_eq!(Leases::decode(&encoded(&s)).map(|d| encoded(&d)), Ok(encoded(&s)));
+                proptest::prop_assert_eq!(Leases::decode(&encoded(&s), Horizon::NONE).map(|d| encoded(&d)), Ok(encoded(&s)));
             }
         }
     }

@@ -25,7 +25,7 @@ mod strictness;
 pub(crate) mod testkit;
 pub mod token_bucket;
 
-use crate::encoding::{ensure, DecodeError, Reader};
+use crate::encoding::{ensure, DecodeError, Horizon, Reader};
 use crate::parse::Syntax;
 
 /// The largest limit, capacity or cost accepted: 2^53 - 1, the largest integer
@@ -35,9 +35,7 @@ pub const MAX_AMOUNT: u64 = (1 << 53) - 1;
 /// The longest window or period: 366 days.
 pub const MAX_DURATION_MS: u64 = 366 * 86_400_000;
 
-/// The largest timestamp a state may carry (year 287,396): far beyond any real
-/// clock, small enough that arithmetic on it in `i128` or `f64` stays exact.
-pub const MAX_TIMESTAMP_MS: i64 = 1 << 53;
+pub use crate::encoding::MAX_TIMESTAMP_MS;
 
 /// What a check answers, the same shape for every algorithm, so that replies,
 /// statistics and HTTP headers are written once.
@@ -196,9 +194,10 @@ pub trait State: Registered + Clone + Sized {
         self.encode_body(out);
     }
 
-    /// Reads a full encoding written by [`State::encode`], every byte of it.
-    fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let mut input = Reader::new(bytes);
+    /// Reads a full encoding written by [`State::encode`], every byte of it,
+    /// none of its times after `horizon`.
+    fn decode(bytes: &[u8], horizon: Horizon) -> Result<Self, DecodeError> {
+        let mut input = Reader::within(bytes, horizon);
         ensure(input.u8()? == Self::TAG, "state is of another algorithm")?;
         let state = Self::decode_body(&mut input)?;
         input.finish()?;

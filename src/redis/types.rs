@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use super::api::{buffer_ptr, rm};
+use super::api::{buffer_ptr, now_ms, rm};
 use crate::algorithms::penalty::{self, Penalized, PENALTY_TAG};
 use crate::algorithms::{Algorithm, Decision, Mode, Registered, State};
+use crate::encoding::Horizon;
 use crate::log_throttle::{LogThrottle, Verdict};
 
 /// The RDB encoding version of every type. The state's own tag byte says
@@ -217,6 +218,22 @@ fn refusal_line(type_name: &str, why: &str) -> Option<String> {
     })
 }
 
+/// The horizon of a state read now (see `crate::encoding::Horizon`): a
+/// copy's while the server loads its RDB or AOF or is a replica (whose
+/// states come from its primary), a client's otherwise (`RL.SETSTATE`,
+/// `RESTORE`).
+pub fn horizon() -> Horizon {
+    let copying = (raw::REDISMODULE_CTX_FLAGS_LOADING | raw::REDISMODULE_CTX_FLAGS_SLAVE) as c_int;
+    // SAFETY: a null context asks for the server's own flags, which Redis
+    // answers without a client.
+    let flags = unsafe { rm!(RedisModule_GetContextFlags)(std::ptr::null_mut()) };
+    if flags & copying != 0 {
+        Horizon::copy(now_ms())
+    } else {
+        Horizon::client(now_ms())
+    }
+}
+
 /// Reads a state back; any buffer that is not exactly one this module writes
 /// fails the load (null), logged (see [`REFUSALS`]), without a panic.
 unsafe extern "C" fn rdb_load<A: Stored>(
@@ -248,7 +265,8 @@ unsafe extern "C" fn rdb_load<A: Stored>(
         return refuse("truncated data");
     }
     // SAFETY: Redis returned `len` readable bytes at `ptr`.
-    let decoded = A::decode(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) });
+    let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) };
+    let decoded = A::decode(bytes, horizon());
     // SAFETY: allocated by Redis for us, freed once, after its last use.
     unsafe { rm!(RedisModule_Free)(ptr.cast()) };
     match decoded {
