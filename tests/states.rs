@@ -15,10 +15,11 @@ use std::time::Duration;
 
 use common::*;
 use redis_ratelimit::algorithms::concurrency::{LeaseParams, Leases};
-use redis_ratelimit::algorithms::penalty::Penalized;
+use redis_ratelimit::algorithms::penalty::{Penalizable, Penalized};
 use redis_ratelimit::algorithms::token_bucket::{TokenBucket, TokenBucketParams};
 use redis_ratelimit::algorithms::{Algorithm, Mode, State, MAX_AMOUNT, MAX_TIMESTAMP_MS};
 use redis_ratelimit::encoding::MAX_AHEAD_MS;
+use redis_ratelimit::parse::syntax::Kind;
 use redis_ratelimit::parse::{check_args, Syntax};
 
 /// A primary writing an AOF (every write synced, no RDB preamble in
@@ -240,4 +241,272 @@ fn a_penalty_ending_far_in_the_future_is_refused_and_one_near_is_copied() {
     assert_eq!(denied[0], 0, "the penalty holds");
     let keys = pair.assert_copies_agree();
     assert_eq!(keys.len(), 1, "{keys:?}");
+}
+
+/// A small generator (xorshift64*), seeded from `RL_SEED` or the clock; the
+/// seed is printed, so a failing run can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn seeded() -> Rng {
+        let seed = std::env::var("RL_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+            });
+        println!("RL_SEED={seed}");
+        Rng(seed | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    fn one_in(&mut self, n: u64) -> bool {
+        self.below(n) == 0
+    }
+
+    fn pick<T: Clone>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len() as u64) as usize].clone()
+    }
+}
+
+/// A word a client might send for a value of `kind`, edges included.
+fn random_word(rng: &mut Rng, kind: Kind) -> String {
+    match kind {
+        Kind::Integer => match rng.below(4) {
+            0 => (1 + rng.below(1_000_000)).to_string(),
+            _ => rng
+                .pick(&["1", "2", "3", "10", "1000", "9007199254740991"])
+                .to_string(),
+        },
+        Kind::Decimal => match rng.below(4) {
+            0 => format!("{}.{}", rng.below(1000), rng.below(1000)),
+            1 => format!("0.{}22250738585072014", "0".repeat(307)),
+            _ => rng.pick(&["0.001", "0.5", "1", "10", "1000"]).to_string(),
+        },
+        Kind::Duration => match rng.below(4) {
+            0 => format!("{}ms", 1 + rng.below(10_000_000)),
+            _ => rng
+                .pick(&["1ms", "250ms", "1s", "1m", "1h", "1d", "366d"])
+                .to_string(),
+        },
+    }
+}
+
+/// Random parameters of kind `P` and the words that say them (with some of
+/// its own options); its example's when the words drawn are refused.
+fn random_params<P: Syntax>(rng: &mut Rng) -> (P, Vec<String>) {
+    let mut words: Vec<String> = P::PARAMS.iter().map(|w| random_word(rng, w.kind)).collect();
+    for option in P::OPTIONS {
+        if rng.one_in(2) {
+            words.push(option.token.to_string());
+            words.push(random_word(rng, option.value.kind));
+        }
+    }
+    let parsed = {
+        let bytes: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+        check_args::<P>(&bytes).map(|(params, _)| params)
+    };
+    match parsed {
+        Ok(params) => (params, words),
+        Err(_) => {
+            let words: Vec<String> = P::EXAMPLE.iter().map(|w| w.to_string()).collect();
+            let bytes: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+            let (params, _) = check_args::<P>(&bytes).expect("the example parses");
+            (params, words)
+        }
+    }
+}
+
+/// A time around `now_ms`: an hour back to past the horizon (some of them
+/// a client's state may not carry).
+fn random_time(rng: &mut Rng, now_ms: i64) -> i64 {
+    match rng.below(8) {
+        0 => now_ms + MAX_AHEAD_MS - 30_000 + rng.below(60_000) as i64,
+        1 => MAX_TIMESTAMP_MS - rng.below(2) as i64,
+        2 => now_ms + rng.below(400 * 86_400_000) as i64,
+        _ => now_ms - 3_600_000 + rng.below(7_200_000) as i64,
+    }
+}
+
+/// Sometimes, a few bytes of `bytes` (after the tag) changed at random.
+fn maybe_mutated(rng: &mut Rng, mut bytes: Vec<u8>) -> Vec<u8> {
+    if rng.one_in(4) && bytes.len() > 1 {
+        for _ in 0..1 + rng.below(3) {
+            let at = 1 + rng.below(bytes.len() as u64 - 1) as usize;
+            bytes[at] = rng.next() as u8;
+        }
+    }
+    bytes
+}
+
+/// The encoding of a random state of `A`: reached by a few random requests
+/// from a time near `now_ms`, sometimes with a penalty, sometimes mutated.
+fn random_state<A: Penalizable>(rng: &mut Rng, now_ms: i64) -> Vec<u8> {
+    let (params, _) = random_params::<A::Params>(rng);
+    let mut t = random_time(rng, now_ms);
+    let mut state: Option<A> = None;
+    for _ in 0..rng.below(6) {
+        let cost = 1 + rng.below(5);
+        if let (_, Some(next)) = A::check_with(state.as_ref(), params, t, cost, Mode::Take) {
+            state = Some(next);
+        }
+        t = t.saturating_add(rng.below(2000) as i64);
+    }
+    let state = state.unwrap_or_else(|| A::fresh(params, t));
+    let bytes = if rng.one_in(4) {
+        encoded(&Penalized {
+            until_ms: random_time(rng, now_ms).max(1),
+            state,
+        })
+    } else {
+        encoded(&state)
+    };
+    maybe_mutated(rng, bytes)
+}
+
+/// The encoding of a random lease set near `now_ms`.
+fn random_leases(rng: &mut Rng, now_ms: i64) -> Vec<u8> {
+    let params = LeaseParams {
+        limit: 1 + rng.below(5),
+        lease_ms: rng.pick(&[1, 1000, 60_000, 366 * 86_400_000]),
+    };
+    let mut t = random_time(rng, now_ms);
+    let mut leases = Leases::new(params, t);
+    for i in 0..rng.below(8) {
+        leases.acquire(params, t, format!("id{i}").as_bytes());
+        t = t.saturating_add(rng.below(2000) as i64);
+    }
+    maybe_mutated(rng, encoded(&leases))
+}
+
+/// For each algorithm of the registry: its command's name, a random state,
+/// random parameter words.
+type RandomState = fn(&mut Rng, i64) -> Vec<u8>;
+type RandomWords = fn(&mut Rng) -> Vec<String>;
+
+fn words_of<P: Syntax>(rng: &mut Rng) -> Vec<String> {
+    random_params::<P>(rng).1
+}
+
+macro_rules! generators {
+    (
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        others { $($others:tt)* }
+    ) => {
+        const ALGORITHMS: &[(&str, RandomState, RandomWords)] = &[$((
+            $name,
+            random_state::<redis_ratelimit::algorithms::$module::$ty>,
+            words_of::<<redis_ratelimit::algorithms::$module::$ty as Algorithm>::Params>,
+        ),)*];
+    };
+}
+redis_ratelimit::registry!(generators);
+
+/// The property: whatever `RL.SETSTATE` a primary accepts (random states,
+/// reached by requests or mutated, stamped from an hour ago to past the
+/// horizon, with or without a penalty, with no expiry given, `PXAT` or
+/// `KEEPTTL`), and whatever random commands do to keys, its replica and its
+/// AOF (as written, and rewritten without the RDB preamble) hold the same
+/// keys: digest and expiry.
+#[test]
+fn every_state_the_primary_takes_its_replica_and_aof_hold_the_same() {
+    let mut rng = Rng::seeded();
+    let mut pair = Pair::start();
+    let mut p = pair.primary.connect();
+    let now = server_time_ms(&mut p);
+    let (mut taken, mut refused) = (0, 0);
+    let mut reasons = std::collections::BTreeMap::new();
+    for i in 0..400 {
+        let (name, state_of, words_of) = rng.pick(ALGORITHMS);
+        // Keys of one algorithm each (a few of another's, WRONGTYPE).
+        let leases = rng.one_in(8);
+        let owner = if rng.one_in(20) {
+            "any"
+        } else if leases {
+            "leases"
+        } else {
+            name
+        };
+        let key = format!("k{}:{owner}", rng.below(8));
+        if rng.one_in(2) {
+            let state = if leases {
+                random_leases(&mut rng, now)
+            } else {
+                state_of(&mut rng, now)
+            };
+            let mut command = redis::cmd("RL.SETSTATE");
+            command.arg(&key).arg(&state);
+            match rng.below(4) {
+                0 => {
+                    let at = random_time(&mut rng, now) + rng.below(2) as i64;
+                    command.arg("PXAT").arg(at);
+                }
+                1 => {
+                    command.arg("KEEPTTL");
+                }
+                _ => {}
+            }
+            match command.query::<()>(&mut p) {
+                Ok(()) => taken += 1,
+                Err(e) => {
+                    refused += 1;
+                    *reasons.entry(e.to_string()).or_insert(0) += 1;
+                }
+            }
+        } else if leases {
+            let id = format!("id{}", rng.below(4));
+            let limit = (1 + rng.below(3)).to_string();
+            let lease = rng.pick(&["100ms", "1s", "1h", "366d"]);
+            let words = if rng.one_in(3) {
+                vec!["RL.RELEASE", &key, &id]
+            } else {
+                vec!["RL.ACQUIRE", &key, &limit, lease, "ID", &id]
+            };
+            let _ = run(&mut p, &words);
+        } else {
+            let mut words = vec![format!("RL.{}", name.to_uppercase()), key.clone()];
+            words.extend(words_of(&mut rng));
+            if rng.one_in(3) {
+                words.extend(["COST".to_string(), (1 + rng.below(4)).to_string()]);
+            }
+            if rng.one_in(4) {
+                words.extend([
+                    "PENALTY".to_string(),
+                    rng.pick(&["1s", "1h", "366d"]).into(),
+                ]);
+            }
+            let words: Vec<&str> = words.iter().map(String::as_str).collect();
+            let _ = run(&mut p, &words);
+        }
+        if i == 200 {
+            // Half of them reach the replica by a full sync's RDB.
+            run(&mut pair.replica.connect(), &["REPLICAOF", "NO", "ONE"]).unwrap();
+            run(&mut pair.replica.connect(), &["FLUSHALL"]).unwrap();
+            let port = pair.primary.port.to_string();
+            run(
+                &mut pair.replica.connect(),
+                &["REPLICAOF", "127.0.0.1", &port],
+            )
+            .unwrap();
+        }
+    }
+    println!("RL.SETSTATE: {taken} taken, {refused} refused: {reasons:#?}");
+    assert!(
+        taken >= 50 && refused >= 10,
+        "{taken} taken, {refused} refused"
+    );
+    let keys = pair.assert_copies_agree();
+    assert!(keys.len() >= 20, "{keys:?}");
 }
