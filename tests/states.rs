@@ -9,6 +9,8 @@
 //! milliseconds from 1 to 2^53`), then a property test over random states
 //! and random commands.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::time::Duration;
