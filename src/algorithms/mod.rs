@@ -14,6 +14,7 @@ pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
+mod lease_ends;
 pub mod penalty;
 pub mod registry;
 mod schedule;
