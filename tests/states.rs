@@ -16,7 +16,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use redis_ratelimit::algorithms::concurrency::{LeaseParams, Leases};
+use redis_ratelimit::algorithms::concurrency::{LeaseParams, Leases, MAX_SWEPT};
 use redis_ratelimit::algorithms::penalty::{Penalizable, Penalized};
 use redis_ratelimit::algorithms::token_bucket::{TokenBucket, TokenBucketParams};
 use redis_ratelimit::algorithms::{Algorithm, Mode, State, MAX_AMOUNT, MAX_TIMESTAMP_MS};
@@ -511,4 +511,94 @@ fn every_state_the_primary_takes_its_replica_and_aof_hold_the_same() {
     );
     let keys = pair.assert_copies_agree();
     assert!(keys.len() >= 20, "{keys:?}");
+}
+
+/// `lease_count` of `RL.INFO key`: the leases held, ended ones not dropped
+/// yet included.
+fn lease_count(con: &mut redis::Connection, key: &str) -> i64 {
+    let reply: Vec<redis::Value> = redis::cmd("RL.INFO").arg(key).query(con).unwrap();
+    let at = reply
+        .iter()
+        .position(|v| {
+            redis::from_redis_value::<String>(v.clone()).is_ok_and(|s| s == "lease_count")
+        })
+        .expect("lease_count");
+    redis::from_redis_value(reply[at + 1].clone()).unwrap()
+}
+
+/// The five integers of an `RL.ACQUIRE` reply (the id after them left out).
+fn acquire(con: &mut redis::Connection, words: &[&str]) -> Vec<i64> {
+    let reply: Vec<redis::Value> = redis::cmd(words[0]).arg(&words[1..]).query(con).unwrap();
+    reply[..5]
+        .iter()
+        .map(|v| redis::from_redis_value(v.clone()).unwrap())
+        .collect()
+}
+
+/// Issue 20, item 7: the first `RL.ACQUIRE` on a key whose million leases
+/// had ended dropped them all at once (250 ms to 1.6 s). A write now drops
+/// at most `MAX_SWEPT` of them, the writes after it the rest; meanwhile
+/// they count for nothing (the answers are those of a key holding only the
+/// live leases), and the replica and the AOF hold the same leases.
+#[test]
+fn ended_leases_go_a_bounded_number_a_write_and_count_for_nothing_meanwhile() {
+    let mut pair = Pair::start();
+    let mut p = pair.primary.connect();
+    let now = server_time_ms(&mut p);
+    let ended = 3 * MAX_SWEPT + 10;
+    let short = LeaseParams {
+        limit: 1 << 20,
+        lease_ms: 10_000,
+    };
+    let mut leases = Leases::new(short, now - 20_000);
+    for i in 0..ended {
+        assert!(
+            leases
+                .acquire(short, now - 20_000, format!("old-{i}").as_bytes())
+                .1
+        );
+    }
+    // Taken at the same moment (a later one would drop ended leases), for
+    // an hour from now.
+    let long = LeaseParams {
+        limit: 1 << 20,
+        lease_ms: 3_620_000,
+    };
+    for id in ["live-1", "live-2"] {
+        assert!(leases.acquire(long, now - 20_000, id.as_bytes()).1);
+    }
+    let hour_later = (now + 3_600_000).to_string();
+    redis::cmd("RL.SETSTATE")
+        .arg("many")
+        .arg(encoded(&leases))
+        .arg("PXAT")
+        .arg(&hour_later)
+        .query::<()>(&mut p)
+        .unwrap();
+    let mut held = (ended + 2) as i64;
+    assert_eq!(lease_count(&mut p, "many"), held);
+
+    // A denial, with every ended lease still held: the two live leases
+    // fill a limit of 2; the wait is for the first of them.
+    let denied = acquire(&mut p, &["RL.ACQUIRE", "many", "2", "1h", "ID", "x"]);
+    assert_eq!(denied[..3], [0, 2, 0]);
+    assert!((3_590_000..=3_600_000).contains(&denied[3]), "{denied:?}");
+    assert_eq!(lease_count(&mut p, "many"), held, "a denial writes nothing");
+
+    let mut writes = 0;
+    while held > 3 {
+        let reply = acquire(&mut p, &["RL.ACQUIRE", "many", "5", "1h", "ID", "new"]);
+        assert_eq!(reply[..3], [1, 5, 2], "exact while ended leases wait");
+        writes += 1;
+        let now_held = lease_count(&mut p, "many");
+        let dropped = held + i64::from(writes == 1) - now_held;
+        assert!(
+            (1..=MAX_SWEPT as i64).contains(&dropped),
+            "write {writes} dropped {dropped}"
+        );
+        held = now_held;
+    }
+    assert_eq!(writes, 4, "{ended} ended leases, {MAX_SWEPT} a write");
+    let keys = pair.assert_copies_agree();
+    assert_eq!(keys.len(), 1, "{keys:?}");
 }
