@@ -129,12 +129,8 @@ impl Header {
     pub fn unglue(word: &[u8]) -> Result<(Header, &[u8]), DecodeError> {
         let mut input = Reader::new(word);
         let command = Command::of_code(input.u8()?).ok_or(DecodeError("unknown command"))?;
-        let now_ms = input.i64()?;
+        let now_ms = input.timestamp("timestamp out of range")?;
         let expiry_slack_ms = input.u32()?;
-        ensure(
-            (0..=MAX_TIMESTAMP_MS).contains(&now_ms),
-            "timestamp out of range",
-        )?;
         ensure(
             expiry_slack_ms <= MAX_EXPIRY_SLACK_MS,
             "expiry slack out of range",
