@@ -22,10 +22,42 @@ pub(crate) type Id = Rc<[u8]>;
 /// twice this, and merges with the next below a quarter of it.
 const BLOCK: usize = 512;
 
+/// A run of leases, in order, with the end of its last one kept beside
+/// it, so that walking the blocks reads one array and no lease.
+#[derive(Debug, Clone)]
+struct Block {
+    /// The end of the last lease in `leases`.
+    last_end: i64,
+    /// Never empty while the block is in a list.
+    leases: Vec<(i64, Id)>,
+}
+
+impl Block {
+    fn new(leases: Vec<(i64, Id)>) -> Self {
+        let mut block = Self {
+            last_end: 0,
+            leases,
+        };
+        block.refresh();
+        block
+    }
+
+    /// Brings `last_end` up to date after a change of `leases`.
+    fn refresh(&mut self) {
+        self.last_end = self.leases.last().map_or(i64::MIN, |(end, _)| *end);
+    }
+
+    /// Whether every lease here sorts before `(ends_ms, id)`.
+    fn before(&self, ends_ms: i64, id: &[u8]) -> bool {
+        self.last_end < ends_ms
+            || (self.last_end == ends_ms
+                && self.leases.last().is_some_and(|l| key(l) < (ends_ms, id)))
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub(crate) struct LeaseEnds {
-    /// Never an empty block.
-    blocks: Vec<Vec<(i64, Id)>>,
+    blocks: Vec<Block>,
     len: usize,
 }
 
@@ -46,12 +78,18 @@ impl LeaseEnds {
     /// The leases of `sorted`, which is in order.
     pub fn from_sorted(sorted: impl IntoIterator<Item = (i64, Id)>) -> Self {
         let mut ends = Self::default();
+        let mut leases = Vec::with_capacity(BLOCK);
         for lease in sorted {
-            match ends.blocks.last_mut() {
-                Some(block) if block.len() < BLOCK => block.push(lease),
-                _ => ends.blocks.push(vec![lease]),
+            leases.push(lease);
+            if leases.len() == BLOCK {
+                let full = std::mem::replace(&mut leases, Vec::with_capacity(BLOCK));
+                ends.len += full.len();
+                ends.blocks.push(Block::new(full));
             }
-            ends.len += 1;
+        }
+        if !leases.is_empty() {
+            ends.len += leases.len();
+            ends.blocks.push(Block::new(leases));
         }
         ends
     }
@@ -62,7 +100,7 @@ impl LeaseEnds {
 
     /// Every lease, earliest end first.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &(i64, Id)> + '_ {
-        self.blocks.iter().flatten()
+        self.blocks.iter().flat_map(|block| &block.leases)
     }
 
     /// The index of the block where `(ends_ms, id)` is or belongs: the first
@@ -70,7 +108,7 @@ impl LeaseEnds {
     fn block_of(&self, ends_ms: i64, id: &[u8]) -> usize {
         let at = self
             .blocks
-            .partition_point(|block| block.last().is_some_and(|l| key(l) < (ends_ms, id)));
+            .partition_point(|block| block.before(ends_ms, id));
         at.min(self.blocks.len().saturating_sub(1))
     }
 
@@ -78,15 +116,17 @@ impl LeaseEnds {
     pub fn insert(&mut self, ends_ms: i64, id: Id) {
         let b = self.block_of(ends_ms, &id);
         let Some(block) = self.blocks.get_mut(b) else {
-            self.blocks.push(vec![(ends_ms, id)]);
+            self.blocks.push(Block::new(vec![(ends_ms, id)]));
             self.len += 1;
             return;
         };
-        let at = block.partition_point(|l| key(l) < (ends_ms, &id));
-        block.insert(at, (ends_ms, id));
+        let at = block.leases.partition_point(|l| key(l) < (ends_ms, &id));
+        block.leases.insert(at, (ends_ms, id));
+        block.refresh();
         self.len += 1;
-        if block.len() > 2 * BLOCK {
-            let upper = block.split_off(BLOCK);
+        if block.leases.len() > 2 * BLOCK {
+            let upper = Block::new(block.leases.split_off(BLOCK));
+            block.refresh();
             self.blocks.insert(b + 1, upper);
         }
     }
@@ -97,23 +137,28 @@ impl LeaseEnds {
         let Some(block) = self.blocks.get_mut(b) else {
             return false;
         };
-        let Ok(at) = block.binary_search_by(|l| key(l).cmp(&(ends_ms, id))) else {
+        let Ok(at) = block
+            .leases
+            .binary_search_by(|l| key(l).cmp(&(ends_ms, id)))
+        else {
             return false;
         };
-        block.remove(at);
+        block.leases.remove(at);
+        block.refresh();
         self.len -= 1;
-        let small = block.len() < BLOCK / 4;
-        if block.is_empty() {
+        let small = block.leases.len() < BLOCK / 4;
+        if block.leases.is_empty() {
             self.blocks.remove(b);
         } else if small
             && self
                 .blocks
                 .get(b + 1)
-                .is_some_and(|next| next.len() < BLOCK)
+                .is_some_and(|next| next.leases.len() < BLOCK)
         {
             let next = self.blocks.remove(b + 1);
             if let Some(block) = self.blocks.get_mut(b) {
-                block.extend(next);
+                block.leases.extend(next.leases);
+                block.refresh();
             }
         }
         true
@@ -123,22 +168,19 @@ impl LeaseEnds {
     pub fn ended_by(&self, now_ms: i64) -> usize {
         let mut ended = 0;
         for block in &self.blocks {
-            match block.last() {
-                Some((end, _)) if *end <= now_ms => ended += block.len(),
-                _ => return ended + block.partition_point(|(end, _)| *end <= now_ms),
+            if block.last_end > now_ms {
+                return ended + block.leases.partition_point(|(end, _)| *end <= now_ms);
             }
+            ended += block.leases.len();
         }
         ended
     }
 
     /// The end of the first lease that has not ended at `now_ms`.
     pub fn first_after(&self, now_ms: i64) -> Option<i64> {
-        let block = self
-            .blocks
-            .iter()
-            .find(|block| block.last().is_some_and(|(end, _)| *end > now_ms))?;
-        let at = block.partition_point(|(end, _)| *end <= now_ms);
-        block.get(at).map(|(end, _)| *end)
+        let block = self.blocks.iter().find(|block| block.last_end > now_ms)?;
+        let at = block.leases.partition_point(|(end, _)| *end <= now_ms);
+        block.leases.get(at).map(|(end, _)| *end)
     }
 
     /// Removes up to `most` leases that ended by `now_ms`, earliest first,
@@ -149,14 +191,17 @@ impl LeaseEnds {
             let Some(block) = self.blocks.first_mut() else {
                 return;
             };
-            let n = block.partition_point(|(end, _)| *end <= now_ms).min(left);
+            let n = block
+                .leases
+                .partition_point(|(end, _)| *end <= now_ms)
+                .min(left);
             if n == 0 {
                 return;
             }
-            block.drain(..n).for_each(|(_, id)| dropped(id));
+            block.leases.drain(..n).for_each(|(_, id)| dropped(id));
             self.len -= n;
             left -= n;
-            if !block.is_empty() {
+            if !block.leases.is_empty() {
                 return;
             }
             self.blocks.remove(0);
@@ -166,11 +211,11 @@ impl LeaseEnds {
     /// Bytes of heap the blocks take (not the ids).
     pub fn heap_bytes(&self) -> usize {
         let lease = std::mem::size_of::<(i64, Id)>();
-        self.blocks.capacity() * std::mem::size_of::<Vec<(i64, Id)>>()
+        self.blocks.capacity() * std::mem::size_of::<Block>()
             + self
                 .blocks
                 .iter()
-                .map(|b| b.capacity() * lease)
+                .map(|b| b.leases.capacity() * lease)
                 .sum::<usize>()
     }
 }
@@ -245,10 +290,11 @@ mod tests {
             assert_eq!(ends.iter().next_back(), model.last());
             if step % 1000 == 0 {
                 assert!(ends.iter().eq(model.iter()));
-                assert!(ends
-                    .blocks
-                    .iter()
-                    .all(|b| !b.is_empty() && b.len() <= 2 * BLOCK));
+                assert!(ends.blocks.iter().all(|b| {
+                    !b.leases.is_empty()
+                        && b.leases.len() <= 2 * BLOCK
+                        && b.leases.last().map(|l| l.0) == Some(b.last_end)
+                }));
             }
         }
         assert!(ends.blocks.len() > 1, "the test reached several blocks");
