@@ -178,6 +178,14 @@ pub trait State: Registered + Clone + Sized {
         0
     }
 
+    /// About how many allocations freeing this state frees, at least 1:
+    /// Redis frees a value of more than 64 in a background thread when asked
+    /// to (`UNLINK`, `lazyfree-lazy-*`), rather than in the command that
+    /// deleted it (and any value of 0).
+    fn free_effort(&self) -> usize {
+        1
+    }
+
     /// The parameters as last used, then the state as stored, as named
     /// fields (units in the names).
     fn describe(&self) -> Vec<(&'static str, Field)>;

@@ -83,6 +83,10 @@ impl<A: Penalizable> State for Penalized<A> {
         self.state.heap_bytes()
     }
 
+    fn free_effort(&self) -> usize {
+        self.state.free_effort()
+    }
+
     fn describe(&self) -> Vec<(&'static str, Field)> {
         let mut fields = self.state.describe();
         fields.push(("penalty_until_ms", Field::Int(self.until_ms)));

@@ -154,7 +154,7 @@ const fn methods<A: Stored>() -> raw::RedisModuleTypeMethods {
         aux_load: None,
         aux_save: None,
         aux_save_triggers: 0,
-        free_effort: None,
+        free_effort: Some(free_effort::<A>),
         unlink: None,
         copy: Some(copy::<A>),
         defrag: None,
@@ -318,6 +318,19 @@ unsafe extern "C" fn digest<A: Stored>(md: *mut raw::RedisModuleDigest, value: *
             rm!(RedisModule_DigestEndSequence)(md);
         }
     }
+}
+
+/// How much freeing a value frees (`State::free_effort`): above 64, Redis
+/// may free it in a background thread (`UNLINK`, `lazyfree-lazy-*`), calling
+/// [`free`] there. That is sound: the value is then no key's and reachable
+/// from that thread only, its `Rc`s are all inside it, and the allocator is
+/// Redis's own, which its background threads use too.
+unsafe extern "C" fn free_effort<A: Stored>(
+    _key: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> usize {
+    // SAFETY: Redis passes a value of this type.
+    unsafe { state::<A>(value) }.map_or(1, |state| state.free_effort().max(1))
 }
 
 unsafe extern "C" fn free<A: Stored>(value: *mut c_void) {
