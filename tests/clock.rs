@@ -219,3 +219,54 @@ fn steps_of_the_clock_back_never_allow_more_than_the_limit() {
         clock.assert_alive();
     }
 }
+
+/// A replica whose clock is 300 days behind its primary's takes every state
+/// the primary took (issue 20): a state stamped 700 days ahead of the
+/// primary's clock (within a client's horizon, two longest durations) is
+/// 1,000 days ahead of the replica's, within the horizon of a copy (a year
+/// more).
+#[test]
+fn a_replica_whose_clock_is_behind_takes_every_state_its_primary_took() {
+    use redis_ratelimit::algorithms::token_bucket::{TokenBucket, TokenBucketParams};
+    use redis_ratelimit::algorithms::{Algorithm, State};
+
+    let primary = Server::start(&[]);
+    let mut p = primary.connect();
+    let mut clock = FakeClock::start();
+    clock.set_offset(-300 * DAY);
+    let mut r = clock.server.connect();
+    run(
+        &mut r,
+        &["REPLICAOF", "127.0.0.1", &primary.port.to_string()],
+    )
+    .unwrap();
+    wait_for("the replica link", Duration::from_secs(20), || {
+        info_field(&mut r, "replication", "master_link_status") == "up"
+    });
+    let params = TokenBucketParams {
+        capacity: 10,
+        rate_per_s: 1.0,
+    };
+    let ahead = server_time_ms(&mut p) + 700 * DAY * 1000;
+    let mut state = Vec::new();
+    TokenBucket::fresh(params, ahead).encode(&mut state);
+    let set: redis::RedisResult<()> = redis::cmd("RL.SETSTATE")
+        .arg("k")
+        .arg(&state)
+        .arg("PXAT")
+        .arg(ahead + 3_600_000)
+        .query(&mut p);
+    assert!(set.is_ok(), "{set:?}");
+    wait_for(
+        "the replica to take the state",
+        Duration::from_secs(10),
+        || exists(&mut r, "k"),
+    );
+    assert_eq!(digest_value(&mut r, "k"), digest_value(&mut p, "k"));
+    assert!(
+        !clock.server.log().contains("ERR"),
+        "{}",
+        clock.server.log()
+    );
+    clock.assert_alive();
+}
