@@ -16,22 +16,17 @@ use std::fmt;
 /// and the largest expiry `RL.SETSTATE ... PXAT` takes.
 pub const MAX_TIMESTAMP_MS: i64 = 1 << 53;
 
-/// How far ahead of this server's clock the times of a state a client sends
-/// (`RL.SETSTATE`, `RESTORE`) may be: two longest durations (366 days
-/// each). A state carries times up to one longest duration after the clock
-/// of the server that made it (a lease or a penalty taken then); the other
-/// leaves room for that server's clock to be ahead of this one's by up to a
-/// year. Anything further out is no state a command could have made, and
-/// would deny its key for centuries.
-pub const MAX_AHEAD_MS: i64 = 2 * 366 * 86_400_000;
+/// The longest window, period, lease or penalty: 366 days.
+pub const MAX_DURATION_MS: u64 = 366 * 86_400_000;
 
-/// How much further ahead a copy of an accepted state may be (one a
-/// replica takes from its primary, or a server from its own RDB or AOF): a
-/// year more, so that a replica whose clock is behind its primary's, or a
-/// server restarted with its clock set back, takes every state the original
-/// took (by construction: the copy's horizon is the original's, a year of
-/// clock difference allowed).
-pub const MAX_CLOCK_GAP_MS: i64 = 366 * 86_400_000;
+/// How far ahead of this server's clock the times of a state a client sends
+/// (`RL.SETSTATE`, `RESTORE`) may be: two longest durations. A state carries
+/// times up to one longest duration after the clock of the server that made
+/// it (a lease or a penalty taken then); the other leaves room for that
+/// server's clock to be ahead of this one's by up to a year. Anything
+/// further out is no state a command could have made, and would deny its
+/// key for centuries.
+pub const MAX_AHEAD_MS: i64 = 2 * MAX_DURATION_MS as i64;
 
 /// The latest time a state being read may carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,8 +35,15 @@ pub struct Horizon {
 }
 
 impl Horizon {
-    /// No clock: any time up to [`MAX_TIMESTAMP_MS`] (a replay's header,
-    /// which carries the primary's clock itself; tests).
+    /// No clock: any time up to [`MAX_TIMESTAMP_MS`]. For a copy of a
+    /// state a server held (what a replica takes from its primary, a server
+    /// from its own RDB or AOF), which is not judged again by this server's
+    /// clock: the original was judged when a client sent it, and a command
+    /// on it may have added a longest duration since; so a replica whose
+    /// clock is behind its primary's, or a server restarted with its clock
+    /// set back, takes every state the original held (a refused RDB value
+    /// would stop the replica, or the server's start). Also a replay's
+    /// header, which carries the primary's clock itself; tests.
     pub const NONE: Horizon = Horizon {
         latest_ms: MAX_TIMESTAMP_MS,
     };
@@ -49,12 +51,6 @@ impl Horizon {
     /// A state a client sends at `now_ms`: [`MAX_AHEAD_MS`] after it.
     pub fn client(now_ms: i64) -> Self {
         Self::after(now_ms, MAX_AHEAD_MS)
-    }
-
-    /// A copy of an accepted state, read at `now_ms` (see
-    /// [`MAX_CLOCK_GAP_MS`]).
-    pub fn copy(now_ms: i64) -> Self {
-        Self::after(now_ms, MAX_AHEAD_MS + MAX_CLOCK_GAP_MS)
     }
 
     fn after(now_ms: i64, ahead_ms: i64) -> Self {
@@ -210,22 +206,13 @@ mod tests {
         assert!(stamp(-1, horizon).is_err());
     }
 
-    /// A replica whose clock is up to a year behind its primary's takes
-    /// every state the primary took.
-    #[test]
-    fn a_copy_may_be_a_year_further_ahead() {
-        let primary = Horizon::client(T0);
-        let replica = Horizon::copy(T0 - MAX_CLOCK_GAP_MS);
-        assert_eq!(replica, primary);
-        assert!(stamp(T0 + MAX_AHEAD_MS + MAX_CLOCK_GAP_MS, Horizon::copy(T0)).is_ok());
-    }
-
     #[test]
     fn no_horizon_passes_the_last_time_a_state_carries() {
         for now in [MAX_TIMESTAMP_MS - 1, MAX_TIMESTAMP_MS, i64::MAX] {
-            assert_eq!(Horizon::copy(now), Horizon::NONE);
+            assert_eq!(Horizon::client(now), Horizon::NONE);
             assert!(stamp(MAX_TIMESTAMP_MS + 1, Horizon::client(now)).is_err());
         }
+        assert_eq!(stamp(MAX_TIMESTAMP_MS, Horizon::NONE), Ok(MAX_TIMESTAMP_MS));
         assert_eq!(Horizon::client(i64::MIN).latest_ms, 0);
     }
 }

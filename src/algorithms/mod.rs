@@ -33,10 +33,7 @@ use crate::parse::Syntax;
 /// every client language (including JavaScript and Lua) represents exactly.
 pub const MAX_AMOUNT: u64 = (1 << 53) - 1;
 
-/// The longest window or period: 366 days.
-pub const MAX_DURATION_MS: u64 = 366 * 86_400_000;
-
-pub use crate::encoding::MAX_TIMESTAMP_MS;
+pub use crate::encoding::{MAX_DURATION_MS, MAX_TIMESTAMP_MS};
 
 /// What a check answers, the same shape for every algorithm, so that replies,
 /// statistics and HTTP headers are written once.

@@ -218,9 +218,9 @@ fn refusal_line(type_name: &str, why: &str) -> Option<String> {
     })
 }
 
-/// The horizon of a state read now (see `crate::encoding::Horizon`): a
-/// copy's while the server loads its RDB or AOF or is a replica (whose
-/// states come from its primary), a client's otherwise (`RL.SETSTATE`,
+/// The horizon of a state read now (see `crate::encoding::Horizon`): none
+/// for a copy, while the server loads its RDB or AOF or is a replica (whose
+/// states come from its primary); a client's otherwise (`RL.SETSTATE`,
 /// `RESTORE`).
 pub fn horizon() -> Horizon {
     let copying = (raw::REDISMODULE_CTX_FLAGS_LOADING | raw::REDISMODULE_CTX_FLAGS_SLAVE) as c_int;
@@ -228,7 +228,7 @@ pub fn horizon() -> Horizon {
     // answers without a client.
     let flags = unsafe { rm!(RedisModule_GetContextFlags)(std::ptr::null_mut()) };
     if flags & copying != 0 {
-        Horizon::copy(now_ms())
+        Horizon::NONE
     } else {
         Horizon::client(now_ms())
     }
