@@ -230,7 +230,10 @@ mod tests {
     }
 
     /// Against the plain ordered set it replaces, over random operations
-    /// on a few thousand leases (so blocks split, empty and merge).
+    /// on a few thousand leases, so that blocks split, empty and merge:
+    /// ends on a coarse grid (many leases end at the same moment, across
+    /// the edges of blocks, and at the very time asked about), drops rare
+    /// and large (they span blocks), and once everything dropped.
     #[test]
     fn it_counts_finds_and_drops_as_an_ordered_set_does() {
         let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
@@ -242,23 +245,36 @@ mod tests {
         };
         let mut model: BTreeSet<(i64, Id)> = (0..3000)
             .map(|n| {
-                (
-                    next(40_000) as i64,
-                    Id::from(format!("first-{n}").as_bytes()),
-                )
+                let end = 100 * next(400) as i64;
+                (end, Id::from(format!("first-{n}").as_bytes()))
             })
             .collect();
         let mut ends = LeaseEnds::from_sorted(model.iter().cloned());
+        let (mut most_blocks, mut spanning_drops) = (0, 0);
         for step in 0..20_000 {
-            let now = step as i64;
-            match next(10) {
-                0..=5 => {
-                    let lease = (now + next(30_000) as i64, id(next(5000)));
+            let now = 10 * step as i64;
+            if step == 10_000 {
+                let mut dropped = 0;
+                ends.drop_ended(i64::MAX, usize::MAX, |_| dropped += 1);
+                assert_eq!((dropped, ends.len()), (model.len(), 0));
+                assert!(ends.blocks.is_empty());
+                model.clear();
+            }
+            // No drop before step 5000, then one of up to 2,500 leases (the
+            // first ones have all ended): a drop across blocks.
+            let choice = match (step, next(50)) {
+                (5000, _) => 49,
+                (step, 49) if step < 5000 => 0,
+                (_, choice) => choice,
+            };
+            match choice {
+                0..=29 => {
+                    let lease = (now + 100 * next(300) as i64, id(next(5000)));
                     if model.insert(lease.clone()) {
                         ends.insert(lease.0, lease.1);
                     }
                 }
-                6 | 7 => {
+                30..=48 => {
                     let pick = model.iter().nth(next(model.len().max(1) as u64) as usize);
                     if let Some(lease) = pick.cloned() {
                         model.remove(&lease);
@@ -267,7 +283,11 @@ mod tests {
                     assert!(!ends.remove(now, b"absent"));
                 }
                 _ => {
-                    let most = next(700) as usize;
+                    let most = if step == 5000 {
+                        2500
+                    } else {
+                        next(3000) as usize
+                    };
                     let mut dropped = Vec::new();
                     ends.drop_ended(now, most, |id| dropped.push(id));
                     let expected: Vec<Id> = model
@@ -276,7 +296,8 @@ mod tests {
                         .take(most)
                         .map(|(_, id)| id.clone())
                         .collect();
-                    assert_eq!(dropped, expected);
+                    assert_eq!(dropped, expected, "step {step}");
+                    spanning_drops += usize::from(dropped.len() > 2 * BLOCK);
                     for _ in 0..expected.len() {
                         model.pop_first();
                     }
@@ -288,16 +309,18 @@ mod tests {
             let first = model.iter().map(|l| l.0).find(|end| *end > now);
             assert_eq!(ends.first_after(now), first);
             assert_eq!(ends.iter().next_back(), model.last());
+            assert!(ends.blocks.iter().all(|b| {
+                !b.leases.is_empty()
+                    && b.leases.len() <= 2 * BLOCK
+                    && b.leases.last().map(|l| l.0) == Some(b.last_end)
+            }));
             if step % 1000 == 0 {
                 assert!(ends.iter().eq(model.iter()));
-                assert!(ends.blocks.iter().all(|b| {
-                    !b.leases.is_empty()
-                        && b.leases.len() <= 2 * BLOCK
-                        && b.leases.last().map(|l| l.0) == Some(b.last_end)
-                }));
             }
+            most_blocks = most_blocks.max(ends.blocks.len());
         }
-        assert!(ends.blocks.len() > 1, "the test reached several blocks");
+        assert!(most_blocks > 3, "blocks: {most_blocks}");
+        assert!(spanning_drops > 0, "no drop spanned blocks");
         assert_eq!(LeaseEnds::from_sorted(model.iter().cloned()), ends);
     }
 }
