@@ -221,3 +221,85 @@ fn steps_of_the_clock_back_never_allow_more_than_the_limit() {
         clock.assert_alive();
     }
 }
+
+/// A replica whose clock is 300 days behind its primary's holds every state
+/// the primary holds (issue 20): a state stamped 731 days ahead of the
+/// primary's clock (within a client's horizon, two longest durations),
+/// 1,031 days ahead of the replica's, and a lease of 366 days taken on it
+/// (1,397 days ahead), by replication and by a full sync: a copy is not
+/// judged again by the replica's clock. (Judged by it, the full sync's RDB
+/// was refused and the replica stopped.)
+#[test]
+fn a_replica_whose_clock_is_behind_takes_every_state_its_primary_holds() {
+    use redis_ratelimit::algorithms::concurrency::{LeaseParams, Leases};
+    use redis_ratelimit::algorithms::token_bucket::{TokenBucket, TokenBucketParams};
+    use redis_ratelimit::algorithms::{Algorithm, State};
+
+    let primary = Server::start(&[]);
+    let mut p = primary.connect();
+    let mut clock = FakeClock::start();
+    clock.set_offset(-300 * DAY);
+    let mut r = clock.server.connect();
+    run(
+        &mut r,
+        &["REPLICAOF", "127.0.0.1", &primary.port.to_string()],
+    )
+    .unwrap();
+    wait_for("the replica link", Duration::from_secs(20), || {
+        info_field(&mut r, "replication", "master_link_status") == "up"
+    });
+    let params = TokenBucketParams {
+        capacity: 10,
+        rate_per_s: 1.0,
+    };
+    let ahead = server_time_ms(&mut p) + 731 * DAY * 1000;
+    let mut bucket = Vec::new();
+    TokenBucket::fresh(params, ahead).encode(&mut bucket);
+    let leases = Leases::new(
+        LeaseParams {
+            limit: 2,
+            lease_ms: 1000,
+        },
+        ahead,
+    );
+    let mut lease_set = Vec::new();
+    leases.encode(&mut lease_set);
+    for (key, state) in [("k", &bucket), ("l", &lease_set)] {
+        let set: redis::RedisResult<()> = redis::cmd("RL.SETSTATE")
+            .arg(key)
+            .arg(state)
+            .arg("PXAT")
+            .arg(ahead + 3_600_000)
+            .query(&mut p);
+        assert!(set.is_ok(), "{key}: {set:?}");
+    }
+    let taken = run(&mut p, &["RL.ACQUIRE", "l", "2", "366d", "ID", "a"]).unwrap();
+    assert!(matches!(&taken, redis::Value::Array(v) if v.first() == Some(&redis::Value::Int(1))));
+    let same = |p: &mut Connection, r: &mut Connection| {
+        ["k", "l"]
+            .iter()
+            .all(|key| exists(r, key) && digest_value(r, key) == digest_value(p, key))
+    };
+    wait_for(
+        "the replica to take the states",
+        Duration::from_secs(10),
+        || same(&mut p, &mut r),
+    );
+    // A full sync: the replica reads both from the primary's RDB.
+    run(&mut r, &["REPLICAOF", "NO", "ONE"]).unwrap();
+    run(&mut r, &["FLUSHALL"]).unwrap();
+    run(
+        &mut r,
+        &["REPLICAOF", "127.0.0.1", &primary.port.to_string()],
+    )
+    .unwrap();
+    wait_for("the full sync", Duration::from_secs(20), || {
+        info_field(&mut r, "replication", "master_link_status") == "up" && same(&mut p, &mut r)
+    });
+    let log = clock.server.log();
+    assert!(
+        !log.contains("ERR") && !log.contains("cannot load"),
+        "{log}"
+    );
+    clock.assert_alive();
+}

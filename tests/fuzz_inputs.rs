@@ -16,6 +16,7 @@ mod fuzz_seeds;
 use redis_ratelimit::algorithms::penalty::Penalized;
 use redis_ratelimit::algorithms::registry::{each_state, Each, EachState, Listed};
 use redis_ratelimit::algorithms::State;
+use redis_ratelimit::encoding::Horizon;
 use redis_ratelimit::parse::Syntax;
 
 /// A stored type of the registry: its name, and whether bytes decode as it.
@@ -31,7 +32,7 @@ struct Checked {
 }
 
 fn decodes<S: State>(bytes: &[u8]) -> bool {
-    S::decode(bytes).is_ok()
+    S::decode(bytes, Horizon::NONE).is_ok()
 }
 
 /// Reads a stored type of the registry, or an algorithm with its options.

@@ -22,6 +22,7 @@ use redis_ratelimit::algorithms::token_bucket::{TokenBucket, TokenBucketParams};
 use redis_ratelimit::algorithms::{
     Algorithm, Decision, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS,
 };
+use redis_ratelimit::encoding::Horizon;
 use redis_ratelimit::parse::check_args;
 use redis_ratelimit::parse::syntax::Kind;
 use redis_ratelimit::parse::Syntax;
@@ -341,7 +342,7 @@ impl Property for RoundTrips {
             }
             if let Some(state) = after {
                 let bytes = encode(state);
-                let decoded = A::decode(&bytes);
+                let decoded = A::decode(&bytes, Horizon::NONE);
                 prop_assert_eq!(decoded.as_ref(), Ok(state));
                 prop_assert_eq!(decoded.map(|d| encode(&d)), Ok(bytes));
             }
@@ -406,7 +407,7 @@ impl Property for ReplicaStaysIdentical {
                 prop_assert_eq!(on_replica.0, on_primary.0);
                 if taken {
                     let bytes = after.as_ref().map(encode).unwrap_or_default();
-                    replica = Some(A::decode(&bytes).expect("decodes"));
+                    replica = Some(A::decode(&bytes, Horizon::NONE).expect("decodes"));
                 }
                 prop_assert_eq!(replica.as_ref().map(encode), after.as_ref().map(encode));
                 Ok(())
@@ -566,7 +567,7 @@ proptest! {
                 let bytes = primary.as_ref().map(encode);
                 replica = bytes
                     .as_ref()
-                    .map(|bytes| Leases::decode(bytes).expect("decodes"));
+                    .map(|bytes| Leases::decode(bytes, Horizon::NONE).expect("decodes"));
                 prop_assert_eq!(replica.as_ref().map(encode), bytes);
             } else {
                 prop_assert_eq!(primary.as_ref().map(encode), before);

@@ -27,6 +27,7 @@ use common::{
 use libfuzzer_sys::arbitrary::Unstructured;
 use libfuzzer_sys::fuzz_target;
 use redis_ratelimit::algorithms::{Mode, MAX_TIMESTAMP_MS};
+use redis_ratelimit::encoding::Horizon;
 
 fuzz_target!(|data: &[u8]| {
     let (state, rest) = split_state(data);
@@ -56,12 +57,12 @@ impl Visitor for Sequence<'_> {
         run::<A>(self.state, self.u);
     }
     fn other<S: Other>(self) {
-        S::run(S::decode(self.state).ok(), self.u);
+        S::run(S::decode(self.state, Horizon::NONE).ok(), self.u);
     }
 }
 
 fn run<A: Fuzzed>(bytes: &[u8], mut u: Unstructured<'_>) {
-    let mut stored: Option<A> = A::decode(bytes).ok();
+    let mut stored: Option<A> = A::decode(bytes, Horizon::NONE).ok();
     let mut params = match &stored {
         Some(s) => s.params(),
         None => match arbitrary_params::<A>(&mut u) {
@@ -159,7 +160,7 @@ fn run<A: Fuzzed>(bytes: &[u8], mut u: Unstructured<'_>) {
             );
             let bytes = check_storable(&next, &what);
             // The replica only ever sees the bytes.
-            stored = Some(A::decode(&bytes).unwrap_or(next));
+            stored = Some(A::decode(&bytes, Horizon::NONE).unwrap_or(next));
         }
         if u.is_empty() {
             break;

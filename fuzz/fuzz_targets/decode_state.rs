@@ -21,6 +21,7 @@ use libfuzzer_sys::arbitrary::Unstructured;
 use libfuzzer_sys::fuzz_target;
 use redis_ratelimit::algorithms::penalty::{self, Penalized, PENALTY_TAG};
 use redis_ratelimit::algorithms::{Mode, State, MAX_TIMESTAMP_MS};
+use redis_ratelimit::encoding::Horizon;
 
 fuzz_target!(|data: &[u8]| {
     let (state, rest) = split_state(data);
@@ -46,7 +47,7 @@ impl Visitor for Decoded<'_> {
     type Out = ();
 
     fn algorithm<A: Fuzzed>(self) {
-        let Ok(decoded) = A::decode(self.state) else {
+        let Ok(decoded) = A::decode(self.state, Horizon::NONE) else {
             return;
         };
         assert_eq!(
@@ -84,13 +85,13 @@ impl Visitor for Decoded<'_> {
     }
 
     fn other<S: Other>(self) {
-        if let Ok(decoded) = S::decode(self.state) {
+        if let Ok(decoded) = S::decode(self.state, Horizon::NONE) {
             // The lease set reads its leases in any order (versions before
             // the indexed set wrote them in the order taken, and their RDB
             // files must load) and writes them sorted: what it writes back
             // is canonical, read back to the same bytes.
             let written = encode(&decoded);
-            let again = S::decode(&written).expect("what was written decodes");
+            let again = S::decode(&written, Horizon::NONE).expect("what was written decodes");
             assert_eq!(encode(&again), written, "the encoding is canonical");
             decoded.check_storable("decoded");
             S::run(Some(decoded), Unstructured::new(self.rest));
@@ -113,7 +114,7 @@ impl Visitor for DecodedPenalized<'_> {
     /// least what is left of it (or never); a denial given a penalty starts
     /// one only outside a penalty.
     fn algorithm<A: Fuzzed>(self) {
-        let Ok(decoded) = Penalized::<A>::decode(self.state) else {
+        let Ok(decoded) = Penalized::<A>::decode(self.state, Horizon::NONE) else {
             return;
         };
         assert_eq!(
@@ -191,7 +192,8 @@ impl Visitor for DecodedPenalized<'_> {
     fn other<S: Other>(self) {
         // Only algorithms carry penalties: nothing else decodes.
         assert!(
-            redis_ratelimit::algorithms::concurrency::Leases::decode(self.state).is_err(),
+            redis_ratelimit::algorithms::concurrency::Leases::decode(self.state, Horizon::NONE)
+                .is_err(),
             "a penalized state of a non-algorithm decoded"
         );
     }

@@ -17,7 +17,7 @@
 //! window is simply read as zero and nothing has to run in the background.
 
 use super::shapes::{check_limit_and_window, limit_and_window, LIMIT, WINDOW};
-use super::{Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_TIMESTAMP_MS};
+use super::{Algorithm, Decision, Field, Mode, State, MAX_AMOUNT};
 use crate::encoding::{ensure, put_i64, put_u64, DecodeError, Reader};
 use crate::error::CommandError;
 use crate::words::syntax::{duration_word, Syntax, Word};
@@ -187,14 +187,10 @@ impl State for FixedWindow {
         let limit = input.u64()?;
         let window_ms = input.u64()?;
         let count = input.u64()?;
-        let updated_ms = input.i64()?;
+        let updated_ms = input.timestamp("timestamp out of range")?;
         let params = FixedWindowParams { limit, window_ms };
         params.check().map_err(DecodeError)?;
         ensure(count <= MAX_AMOUNT, "count out of range")?;
-        ensure(
-            (0..=MAX_TIMESTAMP_MS).contains(&updated_ms),
-            "timestamp out of range",
-        )?;
         Ok(Self {
             params,
             count,
@@ -207,7 +203,7 @@ impl State for FixedWindow {
 mod tests {
     use super::*;
     use crate::algorithms::testkit::{call, encode_body as encode};
-    use crate::algorithms::MAX_DURATION_MS;
+    use crate::algorithms::{MAX_DURATION_MS, MAX_TIMESTAMP_MS};
     use proptest::prelude::*;
 
     /// A time on a minute boundary, so windows of 60 s start here.

@@ -14,6 +14,7 @@ pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
+mod lease_ends;
 pub mod penalty;
 pub mod registry;
 mod schedule;
@@ -26,16 +27,14 @@ mod strictness;
 pub(crate) mod testkit;
 pub mod token_bucket;
 
-use crate::encoding::{ensure, DecodeError, Reader};
+use crate::encoding::{ensure, DecodeError, Horizon, Reader};
 use crate::words::syntax::Syntax;
 
 /// The bounds of the values a command accepts (`crate::words::values`),
 /// which no state may exceed either.
-pub use crate::words::values::{MAX_AMOUNT, MAX_DURATION_MS};
+pub use crate::words::values::MAX_AMOUNT;
 
-/// The largest timestamp a state may carry (year 287,396): far beyond any real
-/// clock, small enough that arithmetic on it in `i128` or `f64` stays exact.
-pub const MAX_TIMESTAMP_MS: i64 = 1 << 53;
+pub use crate::encoding::{MAX_DURATION_MS, MAX_TIMESTAMP_MS};
 
 /// What a check answers, the same shape for every algorithm, so that replies,
 /// statistics and HTTP headers are written once.
@@ -142,6 +141,14 @@ pub trait State: Registered + Clone + Sized {
         0
     }
 
+    /// About how many allocations freeing this state frees, at least 1:
+    /// Redis frees a value of more than 64 in a background thread when asked
+    /// to (`UNLINK`, `lazyfree-lazy-*`), rather than in the command that
+    /// deleted it (and any value of 0).
+    fn free_effort(&self) -> usize {
+        1
+    }
+
     /// The parameters as last used, then the state as stored, as named
     /// fields (units in the names).
     fn describe(&self) -> Vec<(&'static str, Field)>;
@@ -159,9 +166,10 @@ pub trait State: Registered + Clone + Sized {
         self.encode_body(out);
     }
 
-    /// Reads a full encoding written by [`State::encode`], every byte of it.
-    fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let mut input = Reader::new(bytes);
+    /// Reads a full encoding written by [`State::encode`], every byte of it,
+    /// none of its times after `horizon`.
+    fn decode(bytes: &[u8], horizon: Horizon) -> Result<Self, DecodeError> {
+        let mut input = Reader::within(bytes, horizon);
         ensure(input.u8()? == Self::TAG, "state is of another algorithm")?;
         let state = Self::decode_body(&mut input)?;
         input.finish()?;

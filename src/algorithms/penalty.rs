@@ -83,6 +83,10 @@ impl<A: Penalizable> State for Penalized<A> {
         self.state.heap_bytes()
     }
 
+    fn free_effort(&self) -> usize {
+        self.state.free_effort()
+    }
+
     fn describe(&self) -> Vec<(&'static str, Field)> {
         let mut fields = self.state.describe();
         fields.push(("penalty_until_ms", Field::Int(self.until_ms)));
@@ -100,11 +104,8 @@ impl<A: Penalizable> State for Penalized<A> {
             input.u8()? == A::TAG,
             "penalty holds a state of another algorithm",
         )?;
-        let until_ms = input.i64()?;
-        ensure(
-            (1..=MAX_TIMESTAMP_MS).contains(&until_ms),
-            "penalty end out of range",
-        )?;
+        let until_ms = input.timestamp("penalty end out of range")?;
+        ensure(until_ms >= 1, "penalty end out of range")?;
         let state = A::decode_body(input)?;
         Ok(Self { until_ms, state })
     }

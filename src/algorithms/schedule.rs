@@ -13,7 +13,7 @@
 //! Arithmetic is exact: integer nanoseconds in `i128`. Replies round up to
 //! whole milliseconds, so a caller that waits what it is told is never early.
 
-use super::{ms_to_ns, ns_to_ms_ceil, Decision, Mode, MAX_TIMESTAMP_MS};
+use super::{ms_to_ns, ns_to_ms_ceil, Decision, Mode};
 use crate::encoding::{ensure, put_i64, DecodeError, Reader};
 
 /// How fast a schedule pays off, and how far ahead it may run.
@@ -126,7 +126,7 @@ impl Schedule {
     /// Reads what [`Schedule::encode`] writes, unchecked: the caller reads
     /// its own fields first, then checks them, then [`Schedule::validate`].
     pub fn read(input: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        let updated_ms = input.i64()?;
+        let updated_ms = input.timestamp("timestamp out of range")?;
         let due_low = input.u64()?;
         let due_high = input.i64()?;
         Ok(Self {
@@ -138,10 +138,6 @@ impl Schedule {
     /// Whether this is a schedule a key of `pace` can hold; `what` names the
     /// due time in the error.
     pub fn validate(&self, pace: Pace, what: &'static str) -> Result<(), DecodeError> {
-        ensure(
-            (0..=MAX_TIMESTAMP_MS).contains(&self.updated_ms),
-            "timestamp out of range",
-        )?;
         let updated_ns = ms_to_ns(self.updated_ms);
         ensure(
             (updated_ns..=updated_ns.saturating_add(pace.span_ns())).contains(&{ self.due_ns }),

@@ -5,7 +5,7 @@
 
 use crate::error::CommandError;
 use crate::words::syntax::{Kind, Word};
-use crate::words::values::{amount, duration_ms, rate, MAX_AMOUNT, MAX_DURATION_MS};
+use crate::words::values::{amount, duration_ms, is_rate, rate, MAX_AMOUNT, MAX_DURATION_MS};
 
 /// `capacity rate`, the words of both bucket commands.
 pub fn capacity_and_rate(words: &[&[u8]]) -> Result<(u64, f64), CommandError> {
@@ -15,12 +15,12 @@ pub fn capacity_and_rate(words: &[&[u8]]) -> Result<(u64, f64), CommandError> {
     Ok((amount(capacity, "capacity")?, rate(rate_per_s, "rate")?))
 }
 
-/// What both buckets accept: a capacity from 1 to [`MAX_AMOUNT`], a finite
-/// rate above 0.
+/// What both buckets accept: a capacity from 1 to [`MAX_AMOUNT`], a rate
+/// the parser takes ([`is_rate`]).
 pub fn check_capacity_and_rate(capacity: u64, rate_per_s: f64) -> Result<(), &'static str> {
     if !(1..=MAX_AMOUNT).contains(&capacity) {
         Err("capacity out of range")
-    } else if !(rate_per_s.is_finite() && rate_per_s > 0.0) {
+    } else if !is_rate(rate_per_s) {
         Err("rate out of range")
     } else {
         Ok(())

@@ -359,17 +359,13 @@ impl State for SlidingCounter {
         let limit = input.u64()?;
         let window_ms = input.u64()?;
         let precision = input.u16()?;
-        let updated_ms = input.i64()?;
+        let updated_ms = input.timestamp("timestamp out of range")?;
         let params = SlidingCounterParams {
             limit,
             window_ms,
             precision,
         };
         params.check().map_err(DecodeError)?;
-        ensure(
-            (0..=MAX_TIMESTAMP_MS).contains(&updated_ms),
-            "timestamp out of range",
-        )?;
         let slots = usize::from(precision) + 1;
         ensure(input.remaining() == slots * 8, "wrong number of counters")?;
         let mut counts = Vec::with_capacity(slots);

@@ -9,6 +9,7 @@
 use proptest::prelude::*;
 
 use super::{Algorithm, State};
+use crate::encoding::Horizon;
 use crate::parse::check_args;
 use crate::words::syntax::{Kind, Syntax};
 
@@ -93,7 +94,7 @@ fn decoded_parameters_parse<A: Algorithm>(mutations: &[(usize, u8)]) -> Result<(
             *b = byte;
         }
     }
-    if let Ok(state) = A::decode(&bytes) {
+    if let Ok(state) = A::decode(&bytes, Horizon::NONE) {
         let params = state.params();
         prop_assert_eq!(params.check(), Ok(()), "{}", A::NAME);
         prop_assert_eq!(
@@ -111,7 +112,7 @@ fn parsed_parameters_decode<A: Algorithm>(words: &[String]) -> Result<(), TestCa
         prop_assert_eq!(params.check(), Ok(()), "{} {:?}", A::NAME, words);
         let mut bytes = Vec::new();
         A::fresh(params, T0).encode(&mut bytes);
-        let decoded = A::decode(&bytes).map(|s| s.params());
+        let decoded = A::decode(&bytes, Horizon::NONE).map(|s| s.params());
         prop_assert_eq!(decoded, Ok(params), "{} {:?}", A::NAME, words);
     }
     Ok(())
@@ -158,12 +159,12 @@ fn a_gcra_state_faster_than_one_request_a_nanosecond_is_refused() {
     };
     let mut bytes = Vec::new();
     Gcra::fresh(params, T0).encode(&mut bytes);
-    assert!(Gcra::decode(&bytes).is_err());
+    assert!(Gcra::decode(&bytes, Horizon::NONE).is_err());
     let ok = GcraParams {
         count: 1_000_000,
         ..params
     };
     let mut bytes = Vec::new();
     Gcra::fresh(ok, T0).encode(&mut bytes);
-    assert!(Gcra::decode(&bytes).is_ok());
+    assert!(Gcra::decode(&bytes, Horizon::NONE).is_ok());
 }

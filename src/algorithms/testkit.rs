@@ -2,7 +2,7 @@
 //! makes it, and the encoding round trip.
 
 use super::{Algorithm, Decision, Mode, State};
-use crate::encoding::DecodeError;
+use crate::encoding::{DecodeError, Horizon};
 
 /// The algorithm whose parameters these are, so that a test's `call` needs
 /// no type annotations.
@@ -57,5 +57,5 @@ pub fn encode<A: State>(state: &A) -> Vec<u8> {
 pub fn decode_body<A: State>(body: &[u8]) -> Result<A, DecodeError> {
     let mut full = vec![A::TAG];
     full.extend_from_slice(body);
-    A::decode(&full)
+    A::decode(&full, Horizon::NONE)
 }

@@ -228,7 +228,7 @@ impl State for TokenBucket {
         let capacity = input.u64()?;
         let rate_per_s = input.f64()?;
         let tokens = input.f64()?;
-        let updated_ms = input.i64()?;
+        let updated_ms = input.timestamp("timestamp out of range")?;
         let params = TokenBucketParams {
             capacity,
             rate_per_s,
@@ -237,10 +237,6 @@ impl State for TokenBucket {
         ensure(
             tokens.is_finite() && (0.0..=capacity as f64).contains(&tokens),
             "tokens out of range",
-        )?;
-        ensure(
-            (0..=MAX_TIMESTAMP_MS).contains(&updated_ms),
-            "timestamp out of range",
         )?;
         Ok(Self {
             params,
@@ -254,6 +250,7 @@ impl State for TokenBucket {
 mod tests {
     use super::*;
     use crate::algorithms::testkit::call;
+    use crate::encoding::Horizon;
 
     const T0: i64 = 1_700_000_000_000;
 
@@ -461,6 +458,45 @@ mod tests {
         assert_eq!((d.allowed, d.retry_after_ms), (false, 70));
         assert!(!call(&mut s, p, T0 + 1999, 1, Mode::Peek).allowed);
         assert!(call(&mut s, p, T0 + 2000, 1, Mode::Peek).allowed);
+    }
+
+    /// Regression (issue 20): `RL.SETSTATE` took this state, a rate of
+    /// 1.0996e-308 tokens a second (subnormal), and gave its key an expiry
+    /// past 2^53 ms, which the replicas and the AOF refused.
+    #[test]
+    fn a_state_with_a_subnormal_rate_is_refused() {
+        let hex = "0101000000000000003333333333e807000000000000ff1f00deda5f12a2010000";
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .filter_map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+            .collect();
+        assert_eq!(
+            TokenBucket::decode(&bytes, Horizon::NONE),
+            Err(DecodeError("rate out of range"))
+        );
+        let normal = TokenBucket::fresh(params(1, f64::MIN_POSITIVE), T0);
+        let mut bytes = Vec::new();
+        normal.encode(&mut bytes);
+        assert_eq!(TokenBucket::decode(&bytes, Horizon::NONE), Ok(normal));
+    }
+
+    /// Regression (issue 20): a state stamped at 2^53 ms (year 287,396)
+    /// denied its key for ever; a state is stamped at most two longest
+    /// durations after the clock of the server that reads it.
+    #[test]
+    fn a_state_stamped_beyond_the_horizon_is_refused() {
+        let horizon = Horizon::client(T0);
+        for (updated_ms, ok) in [
+            (T0, true),
+            (horizon.latest_ms, true),
+            (horizon.latest_ms + 1, false),
+            (MAX_TIMESTAMP_MS, false),
+        ] {
+            let mut bytes = Vec::new();
+            TokenBucket::fresh(params(5, 1.0), updated_ms).encode(&mut bytes);
+            let decoded = TokenBucket::decode(&bytes, horizon);
+            assert_eq!(decoded.is_ok(), ok, "{updated_ms}: {decoded:?}");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@ use super::ffi::{Ctx, KeyName};
 use super::types::{PenalizedStored, Stored};
 use crate::algorithms::Algorithm;
 use crate::error::CommandError;
-use crate::replay::next_expiry;
+use crate::replay::{expiry_at, next_expiry};
 
 /// A key opened for one command (`'a`), closed when dropped.
 pub struct Key<'a> {
@@ -161,6 +161,13 @@ impl<'a> Key<'a> {
         self.key.expires_at()
     }
 
+    /// Sets the key's expiry to the end of its band after `fresh_at_ms`
+    /// (`crate::replay::expiry_at`). The key must be open for writing and
+    /// hold a value.
+    pub fn expire_fresh(&self, fresh_at_ms: i64, slack_ms: u32) {
+        self.expire_at(expiry_at(fresh_at_ms, slack_ms));
+    }
+
     /// Puts the key's expiry in its band after `fresh_at_ms` (see
     /// `crate::replay::next_expiry`). Returns whether it moved. The key
     /// must be open for writing and hold a value.
@@ -181,7 +188,7 @@ impl<'a> Key<'a> {
     /// check that must move it anyway.
     pub fn settle_expiry_moved(&self, before_ms: i64, after_ms: i64, slack_ms: u32) -> bool {
         if after_ms.saturating_sub(before_ms) > i64::from(slack_ms) {
-            self.expire_at(after_ms.saturating_add(i64::from(slack_ms)));
+            self.expire_fresh(after_ms, slack_ms);
             true
         } else {
             self.settle_expiry(after_ms, slack_ms)

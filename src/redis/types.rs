@@ -8,6 +8,8 @@
 use redis_module::native_types::RedisType;
 
 use super::ffi::types::{value_type, TypedValue};
+
+pub use super::ffi::types::horizon;
 use crate::algorithms::penalty::{self, Penalized, PENALTY_TAG};
 use crate::algorithms::{Algorithm, Decision, Mode, Registered};
 

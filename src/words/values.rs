@@ -8,8 +8,8 @@ use crate::error::CommandError;
 /// every client language (including JavaScript and Lua) represents exactly.
 pub const MAX_AMOUNT: u64 = (1 << 53) - 1;
 
-/// The longest window or period: 366 days.
-pub const MAX_DURATION_MS: u64 = 366 * 86_400_000;
+/// The longest window or period (366 days), which states are held to too.
+pub use crate::encoding::MAX_DURATION_MS;
 
 /// A whole number from 1 to 2^53-1: limits, capacities, costs.
 pub fn amount(arg: &[u8], name: &str) -> Result<u64, CommandError> {
@@ -89,10 +89,18 @@ const EXACT_POWERS_OF_TEN: [f64; 23] = [
     1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 ];
 
-/// A rate: a finite decimal greater than 0 (per second).
+/// Whether `per_s` is a rate a command takes: finite, greater than 0, and
+/// not subnormal (below 2.2e-308, where a float keeps fewer digits and a
+/// refill takes longer than any state can say). The parser and every
+/// state's decoder ask this one question.
+pub fn is_rate(per_s: f64) -> bool {
+    per_s.is_normal() && per_s > 0.0
+}
+
+/// A rate: a decimal that [`is_rate`] (per second).
 pub fn rate(arg: &[u8], name: &str) -> Result<f64, CommandError> {
     match decimal(arg) {
-        Some(v) if v > 0.0 => Ok(v),
+        Some(v) if is_rate(v) => Ok(v),
         _ => Err(CommandError::must_be(
             name,
             "a number greater than 0, such as 0.5 or 1000",
@@ -190,6 +198,12 @@ mod tests {
         }
         let huge = vec![b'9'; 400];
         assert!(rate(&huge, "rate").is_err(), "overflow to infinity");
+        // Regression (issue 20): 1.0996e-308 a second, a subnormal float,
+        // was a rate, and its key's expiry passed 2^53 ms.
+        let subnormal = format!("0.{}10996080332984074", "0".repeat(307));
+        assert!(rate(subnormal.as_bytes(), "rate").is_err(), "subnormal");
+        let smallest = format!("0.{}22250738585072014", "0".repeat(307));
+        assert_eq!(rate(smallest.as_bytes(), "rate"), Ok(f64::MIN_POSITIVE));
     }
     #[test]
     fn durations_take_units_and_default_to_seconds() {

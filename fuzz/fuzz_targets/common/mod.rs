@@ -26,6 +26,7 @@ use redis_ratelimit::algorithms::registry::{self, Each, Listed};
 use redis_ratelimit::algorithms::{
     Decision, Field, Mode, Registered, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS,
 };
+use redis_ratelimit::encoding::Horizon;
 use redis_ratelimit::error::CommandError;
 use redis_ratelimit::parse::syntax::{Kind, Word};
 use redis_ratelimit::parse::{self, check_args, Syntax};
@@ -534,7 +535,7 @@ pub fn check_decision(d: &Decision, profile: &Profile, cost: u64, what: &str) {
 /// again no earlier than it was last used.
 pub fn check_storable<A: Fuzzed>(state: &A, what: &str) -> Vec<u8> {
     let bytes = encode(state);
-    let replica = match A::decode(&bytes) {
+    let replica = match A::decode(&bytes, Horizon::NONE) {
         Ok(replica) => replica,
         Err(e) => panic!("{what}: a stored state does not decode ({e}): {state:?} {bytes:?}"),
     };
@@ -617,7 +618,7 @@ pub mod leases {
     /// What a stored lease state must satisfy (see `check_storable`).
     pub fn check_storable(state: &Leases, what: &str) -> Vec<u8> {
         let bytes = encode(state);
-        match Leases::decode(&bytes) {
+        match Leases::decode(&bytes, Horizon::NONE) {
             Ok(replica) => assert_eq!(encode(&replica), bytes, "{what}: the replica differs"),
             Err(e) => panic!("{what}: a stored state does not decode ({e}): {state:?}"),
         }

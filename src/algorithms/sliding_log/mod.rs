@@ -45,7 +45,7 @@
 mod entries;
 
 use super::shapes::{check_limit_and_window, limit_and_window, LIMIT, WINDOW};
-use super::{Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_TIMESTAMP_MS};
+use super::{Algorithm, Decision, Field, Mode, State, MAX_AMOUNT};
 use crate::encoding::{ensure, put_i64, put_u64, DecodeError, Reader};
 use crate::error::CommandError;
 use crate::words::syntax::{duration_word, Syntax, Word};
@@ -459,16 +459,12 @@ impl State for SlidingLog {
     fn decode_body(input: &mut Reader<'_>) -> Result<Self, DecodeError> {
         let limit = input.u64()?;
         let window_ms = input.u64()?;
-        let updated_ms = input.i64()?;
+        let updated_ms = input.timestamp("timestamp out of range")?;
         let count = input.u64()?;
         let oldest_ms = input.i64()?;
         SlidingLogParams { limit, window_ms }
             .check()
             .map_err(DecodeError)?;
-        ensure(
-            (0..=MAX_TIMESTAMP_MS).contains(&updated_ms),
-            "timestamp out of range",
-        )?;
         ensure(count <= limit, "more entries than the limit")?;
         // Checked before allocating: a count can only be as large as the
         // words that follow it.
@@ -529,6 +525,7 @@ mod tests {
     use super::*;
     use crate::algorithms::testkit::{call, decode_body, encode_body as encode};
     use crate::algorithms::MAX_DURATION_MS;
+    use crate::algorithms::MAX_TIMESTAMP_MS;
     use entries::{COUNT32, COUNT64, GAP_HIGH};
     use proptest::prelude::*;
 

@@ -4,9 +4,10 @@
 use super::super::config::expiry_slack_ms;
 use super::super::ffi::{command, now_ms, Args, Ctx, KeyName, Status};
 use super::super::key::Key;
-use super::super::types::{first_of, on_tag, StateVisitor, Stored};
-use crate::algorithms::{Field, MAX_TIMESTAMP_MS};
+use super::super::types::{first_of, horizon, on_tag, StateVisitor, Stored};
+use crate::algorithms::Field;
 use crate::error::CommandError;
+use crate::replay::EXPIRY_TIMES;
 
 command! {
     /// `RL.SETSTATE key state [PXAT ms | KEEPTTL]`: sets `key` to an absolute
@@ -61,7 +62,7 @@ fn expiry_option(words: &[&[u8]]) -> Result<Expiry, CommandError> {
         [word, ms] if word.eq_ignore_ascii_case(b"PXAT") => std::str::from_utf8(ms)
             .ok()
             .and_then(|t| t.parse::<i64>().ok())
-            .filter(|ms| (1..=MAX_TIMESTAMP_MS).contains(ms))
+            .filter(|ms| EXPIRY_TIMES.contains(ms))
             .map(Expiry::At)
             .ok_or_else(|| {
                 CommandError::must_be("PXAT", "a Unix time in milliseconds from 1 to 2^53")
@@ -82,7 +83,8 @@ impl StateVisitor for SetState<'_> {
     type Out = Result<(), CommandError>;
 
     fn visit<A: Stored>(self) -> Self::Out {
-        let state = A::decode(self.blob).map_err(|e| CommandError::invalid_state(e.0))?;
+        let state =
+            A::decode(self.blob, horizon()).map_err(|e| CommandError::invalid_state(e.0))?;
         let mut key = Key::open(self.ctx, self.key_name, true);
         let fresh_at_ms = state.fresh_at_ms();
         key.put(state)?;

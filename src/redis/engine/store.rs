@@ -37,7 +37,7 @@ pub fn store<A: Stored>(
 ) -> Result<(), CommandError> {
     let fresh_at_ms = state.fresh_at_ms();
     key.put(state)?;
-    key.expire_at(fresh_at_ms.saturating_add(i64::from(run.expiry_slack_ms)));
+    key.expire_fresh(fresh_at_ms, run.expiry_slack_ms);
     written(run, key_name);
     Ok(())
 }

@@ -15,8 +15,10 @@ use redis_module::raw;
 
 use super::api::{buffer_ptr, rm};
 use super::ctx::Ctx;
+use super::server::now_ms;
 use super::server::opt_ctx_key;
 use crate::algorithms::State;
+use crate::encoding::Horizon;
 use crate::log_throttle::{LogThrottle, Verdict};
 
 /// The RDB encoding version of every type. The state's own tag byte says
@@ -72,7 +74,7 @@ pub const fn methods<A: State>() -> raw::RedisModuleTypeMethods {
         aux_load: None,
         aux_save: None,
         aux_save_triggers: 0,
-        free_effort: None,
+        free_effort: Some(free_effort::<A>),
         unlink: None,
         copy: Some(copy::<A>),
         defrag: None,
@@ -136,6 +138,22 @@ fn refusal_line(type_name: &str, why: &str) -> Option<String> {
     })
 }
 
+/// The horizon of a state read now (see `crate::encoding::Horizon`): none
+/// for a copy, while the server loads its RDB or AOF or is a replica (whose
+/// states come from its primary); a client's otherwise (`RL.SETSTATE`,
+/// `RESTORE`).
+pub fn horizon() -> Horizon {
+    let copying = (raw::REDISMODULE_CTX_FLAGS_LOADING | raw::REDISMODULE_CTX_FLAGS_SLAVE) as c_int;
+    // SAFETY: a null context asks for the server's own flags, which Redis
+    // answers without a client.
+    let flags = unsafe { rm!(RedisModule_GetContextFlags)(std::ptr::null_mut()) };
+    if flags & copying != 0 {
+        Horizon::NONE
+    } else {
+        Horizon::client(now_ms())
+    }
+}
+
 /// Reads a state back; any buffer that is not exactly one this module writes
 /// fails the load (null), logged (see [`REFUSALS`]), without a panic.
 unsafe extern "C" fn rdb_load<A: State>(
@@ -167,7 +185,8 @@ unsafe extern "C" fn rdb_load<A: State>(
         return refuse("truncated data");
     }
     // SAFETY: Redis returned `len` readable bytes at `ptr`.
-    let decoded = A::decode(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) });
+    let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) };
+    let decoded = A::decode(bytes, horizon());
     // SAFETY: allocated by Redis for us, freed once, after its last use.
     unsafe { rm!(RedisModule_Free)(ptr.cast()) };
     match decoded {
@@ -249,6 +268,19 @@ unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const 
     // SAFETY: Redis passes the option context of this call.
     let (db, key) = unsafe { opt_ctx_key(ctx) };
     removed(db, &key);
+}
+
+/// How much freeing a value frees (`State::free_effort`): above 64, Redis
+/// may free it in a background thread (`UNLINK`, `lazyfree-lazy-*`), calling
+/// [`free`] there. That is sound: the value is then no key's and reachable
+/// from that thread only, its `Rc`s are all inside it, and the allocator is
+/// Redis's own, which its background threads use too.
+unsafe extern "C" fn free_effort<A: State>(
+    _key: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> usize {
+    // SAFETY: Redis passes a value of this type.
+    unsafe { state::<A>(value) }.map_or(1, |state| state.free_effort().max(1))
 }
 
 unsafe extern "C" fn free<A: State>(value: *mut c_void) {
