@@ -53,6 +53,22 @@ fn blocked(con: &mut redis::Connection, n: i64) {
     });
 }
 
+/// Empties the one-token bucket `key`, refilled `rate` a second, then sends
+/// a request that waits for its token (`BLOCK block_ms`), returned once it
+/// waits.
+fn waiter_on_empty_bucket(
+    port: u16,
+    con: &mut redis::Connection,
+    key: &str,
+    rate: &str,
+    block_ms: &str,
+) -> JoinHandle<Answer> {
+    check(con, &["RL.TOKENBUCKET", key, "1", rate]);
+    let waiter = send(port, &["RL.TOKENBUCKET", key, "1", rate, "BLOCK", block_ms]);
+    blocked(con, 1);
+    waiter
+}
+
 fn digest(con: &mut redis::Connection) -> String {
     redis::cmd("DEBUG").arg("DIGEST").query(con).unwrap()
 }
@@ -80,12 +96,7 @@ fn paused_waiter(mode: &str, with_replica: bool) {
     let replica = with_replica.then(|| Server::start_replica_of(&primary));
     let mut con = primary.connect();
     // Empty now, one token again 200 ms later.
-    check(&mut con, &["RL.TOKENBUCKET", "k", "1", "5"]);
-    let waiter = send(
-        primary.port,
-        &["RL.TOKENBUCKET", "k", "1", "5", "BLOCK", "10000"],
-    );
-    blocked(&mut con, 1);
+    let waiter = waiter_on_empty_bucket(primary.port, &mut con, "k", "5", "10000");
     let before = digest(&mut con);
     run(&mut con, &["CLIENT", "PAUSE", "1500", mode]).unwrap();
     let paused_at = Instant::now();
@@ -329,12 +340,7 @@ fn a_state_set_over_a_waited_key_wakes_its_waiter() {
     let server = Server::start(&[]);
     let mut con = server.connect();
     // Empty, and a token only 100 s later.
-    check(&mut con, &["RL.TOKENBUCKET", "tb", "1", "0.01"]);
-    let waiter = send(
-        server.port,
-        &["RL.TOKENBUCKET", "tb", "1", "0.01", "BLOCK", "0"],
-    );
-    blocked(&mut con, 1);
+    let waiter = waiter_on_empty_bucket(server.port, &mut con, "tb", "0.01", "0");
     // A full bucket, from RL.SETSTATE and from RESTORE.
     let now = server_time_ms(&mut con);
     let mut full = vec![1u8];
@@ -355,11 +361,8 @@ fn a_state_set_over_a_waited_key_wakes_its_waiter() {
 
     check(&mut con, &["RL.TOKENBUCKET", "fresh", "5", "0.01"]);
     let dumped = dump(&mut con, "fresh").unwrap();
-    let waiter = send(
-        server.port,
-        &["RL.TOKENBUCKET", "tb", "1", "0.01", "BLOCK", "0"],
-    );
-    blocked(&mut con, 1);
+    // Empty again (the waiter took the token set).
+    let waiter = waiter_on_empty_bucket(server.port, &mut con, "tb", "0.01", "0");
     let ok: String = redis::cmd("RESTORE")
         .arg("tb")
         .arg(0)
