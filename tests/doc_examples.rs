@@ -553,32 +553,6 @@ fn no_relative_link_is_dead_and_every_doc_is_reachable_from_the_readme() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-fn text(v: &Value) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        Value::Int(i) => i.to_string(),
-        other => panic!("expected a string, got {other:?}"),
-    }
-}
-
-fn items(v: &Value) -> &[Value] {
-    match v {
-        Value::Array(items) | Value::Set(items) => items,
-        other => panic!("expected an array, got {other:?}"),
-    }
-}
-
-fn field<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
-    match v {
-        Value::Map(pairs) => pairs.iter().find(|(k, _)| text(k) == name).map(|(_, v)| v),
-        _ => items(v)
-            .chunks(2)
-            .find(|pair| text(&pair[0]) == name)
-            .map(|pair| &pair[1]),
-    }
-}
-
 /// An argument of `COMMAND DOCS`, as a synopsis writes it (`[COST cost]`).
 fn synopsis_of(arg: &Value) -> String {
     let get = |name: &str| field(arg, name).map(text).unwrap_or_default();

@@ -63,34 +63,6 @@ fn module_commands(con: &mut Connection) -> Vec<String> {
     names
 }
 
-fn text(v: &Value) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        Value::Int(i) => i.to_string(),
-        Value::Okay => "OK".into(),
-        other => panic!("expected a string, got {other:?}"),
-    }
-}
-
-fn items(v: &Value) -> &[Value] {
-    match v {
-        Value::Array(items) | Value::Set(items) => items,
-        other => panic!("expected an array, got {other:?}"),
-    }
-}
-
-/// The value of `name` in a field/value reply (a flat array under RESP2).
-fn field<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
-    match v {
-        Value::Map(pairs) => pairs.iter().find(|(k, _)| text(k) == name).map(|(_, v)| v),
-        _ => items(v)
-            .chunks(2)
-            .find(|pair| text(&pair[0]) == name)
-            .map(|pair| &pair[1]),
-    }
-}
-
 fn field_text(v: &Value, name: &str) -> String {
     field(v, name).map(text).unwrap_or_default()
 }

@@ -267,6 +267,37 @@ impl Drop for Server {
     }
 }
 
+/// A string-like reply (bulk, simple, integer, `OK`) as text.
+pub fn text(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        Value::Int(i) => i.to_string(),
+        Value::Okay => "OK".into(),
+        other => panic!("expected a string, got {other:?}"),
+    }
+}
+
+/// The elements of an array (or set) reply.
+pub fn items(v: &Value) -> &[Value] {
+    match v {
+        Value::Array(items) | Value::Set(items) => items,
+        other => panic!("expected an array, got {other:?}"),
+    }
+}
+
+/// The value of `name` in a field/value reply (a map under RESP3, a flat
+/// array under RESP2), as `COMMAND DOCS` and `RL.INFO` answer.
+pub fn field<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
+    match v {
+        Value::Map(pairs) => pairs.iter().find(|(k, _)| text(k) == name).map(|(_, v)| v),
+        _ => items(v)
+            .chunks(2)
+            .find(|pair| text(&pair[0]) == name)
+            .map(|pair| &pair[1]),
+    }
+}
+
 /// Runs a command built from words, returning the raw reply.
 pub fn run(con: &mut impl ConnectionLike, words: &[&str]) -> redis::RedisResult<Value> {
     let mut cmd = redis::cmd(words[0]);
