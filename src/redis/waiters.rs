@@ -182,7 +182,7 @@ pub fn queued(ctx: Ctx<'_>, keys: &[KeyName<'_>]) -> bool {
         keys.iter().any(|key| {
             queues
                 .queue(db, key.bytes())
-                .is_some_and(|queue| queue.first().is_some())
+                .is_some_and(|queue| !queue.waiters.is_empty())
         })
     })
 }
@@ -431,16 +431,8 @@ fn serve(ctx: Ctx<'_>, db: c_int, key: &[u8]) {
     // The waiters' keys are in `db`.
     ctx.select_db(db);
     loop {
-        let first = with_queues(|queues| {
-            let queue = queues.queue(db, key)?;
-            let first = queue.first();
-            if first.is_none() && queue.timer.is_none() {
-                if let Some(keys) = queues.by_db.get_mut(&db) {
-                    keys.remove(key);
-                }
-            }
-            first
-        });
+        // A queue goes as its last waiter leaves (`Queues::remove`).
+        let first = with_queues(|queues| queues.queue(db, key)?.first());
         let Some(waiter) = first else {
             return;
         };
