@@ -328,3 +328,47 @@ fn under_a_volatile_policy_with_nothing_to_evict_new_keys_are_refused() {
         1
     );
 }
+
+#[test]
+fn a_policy_changed_at_run_time_applies_to_the_next_check() {
+    let server = Server::start(&["--maxmemory-policy", "noeviction"]);
+    let mut con = server.connect();
+    for i in 0..5000 {
+        run(&mut con, &["SET", &format!("s{i}"), &"x".repeat(100)]).unwrap();
+    }
+    // Well over the limit, with plenty an eviction policy could evict.
+    let over_the_limit = |con: &mut redis::Connection| {
+        let used: i64 = info_field(con, "memory", "used_memory").parse().unwrap();
+        run(
+            con,
+            &["CONFIG", "SET", "maxmemory", &(used - 100_000).to_string()],
+        )
+        .unwrap();
+    };
+    over_the_limit(&mut con);
+    assert_eq!(
+        error_of(&mut con, &["RL.TOKENBUCKET", "new", "10", "1"]),
+        OOM
+    );
+    // Now Redis may evict the strings: the new key goes in.
+    run(
+        &mut con,
+        &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"],
+    )
+    .unwrap();
+    assert_eq!(
+        check(&mut con, &["RL.TOKENBUCKET", "new", "10", "1"])[..3],
+        [1, 10, 9]
+    );
+    // And back.
+    run(
+        &mut con,
+        &["CONFIG", "SET", "maxmemory-policy", "noeviction"],
+    )
+    .unwrap();
+    over_the_limit(&mut con);
+    assert_eq!(
+        error_of(&mut con, &["RL.TOKENBUCKET", "newer", "10", "1"]),
+        OOM
+    );
+}

@@ -27,12 +27,16 @@ enum Policy {
 thread_local! {
     /// The policy as last read; `None` until read, and after any `CONFIG SET`.
     static POLICY: Cell<Option<Policy>> = const { Cell::new(None) };
+    /// Whether the server tells us of configuration changes, so that the
+    /// policy read may be kept until one comes.
+    static KEEP_POLICY: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Forgets the policy on every configuration change (at load time).
+/// Forgets the policy on every configuration change (at load time). Without
+/// that event, the policy is read every time it is needed.
 pub fn init(ctx: Ctx<'_>) {
-    // Without the event (older servers), the policy is read every time.
-    let _ = on_config_change(ctx, || POLICY.with(|p| p.set(None)));
+    let follows = on_config_change(ctx, || POLICY.with(|p| p.set(None)));
+    KEEP_POLICY.with(|keep| keep.set(follows));
 }
 
 fn policy(ctx: Ctx<'_>) -> Policy {
@@ -44,7 +48,9 @@ fn policy(ctx: Ctx<'_>) -> Policy {
         Some(name) if name.starts_with(b"volatile-") => Policy::Volatile,
         _ => Policy::NoEviction,
     };
-    POLICY.with(|p| p.set(Some(policy)));
+    if KEEP_POLICY.with(Cell::get) {
+        POLICY.with(|p| p.set(Some(policy)));
+    }
     policy
 }
 
