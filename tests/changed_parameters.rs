@@ -249,3 +249,37 @@ fn a_denial_with_other_parameters_leaves_the_expiry_and_a_new_key_follows_it() {
     let after = check(&mut con, &["RL.TOKENBUCKET", "k", "1", "0.4"]);
     assert_eq!(after[..3], [1, 1, 0], "a new key after the old expiry");
 }
+
+/// An `RL.ALL` waiter holds each of its keys until its turn only as long as
+/// that key's state needs: a tier that is new again sooner (here under
+/// unchanged parameters) keeps its own expiry.
+#[test]
+fn an_rl_all_waiter_holds_a_key_no_longer_than_its_state_needs() {
+    let server = Server::start(&["--ratelimit.expiry-slack", "0"]);
+    let mut con = server.connect();
+    let words = |extra: &[&'static str]| {
+        let mut w = vec![
+            "RL.ALL",
+            "2",
+            "fast",
+            "slow",
+            "TOKENBUCKET",
+            "1",
+            "20",
+            "TOKENBUCKET",
+            "1",
+            "0.5",
+        ];
+        w.extend_from_slice(extra);
+        w
+    };
+    assert_eq!(five(&mut con, &words(&[]))[0], 1);
+    let fast = expiry_time(&mut con, "fast");
+    let mut waiter = server.connect();
+    let handle = thread::spawn(move || five(&mut waiter, &words(&["BLOCK", "5000"])));
+    thread::sleep(Duration::from_millis(200));
+    assert!(!handle.is_finished());
+    assert!(!exists(&mut con, "fast"), "held past its expiry ({fast})");
+    assert!(exists(&mut con, "slow"));
+    assert_eq!(handle.join().unwrap()[0], 1);
+}

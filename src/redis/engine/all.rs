@@ -56,7 +56,9 @@ pub fn all<'a>(
         // it holds now, as a peek does; a tier that denied on its own gets
         // the penalty, if one was asked; every key keeps its expiry in its
         // band, and, when the request waits, until its turn (`turn_of`:
-        // when all its tiers allow).
+        // when all its tiers allow), or until its state is new under the
+        // request's parameters, if sooner (past that a new key answers the
+        // same).
         let penalty_ms = penalty_of(&parsed.options);
         let mut penalties = Vec::with_capacity(keys.len());
         for (((decision, planned), tier), &key_name) in decisions
@@ -78,8 +80,12 @@ pub fn all<'a>(
         }
         let combined = Decision::all_of(&decisions);
         let turn_ms = turn_of(&combined, run.now_ms, parsed.options.block_ms);
-        for ((tier, &key_name), until_ms) in parsed.tiers.iter().zip(keys).zip(penalties) {
-            settle_tier(run, key_name, tier, until_ms, turn_ms)?;
+        for (((tier, &key_name), until_ms), decision) in
+            parsed.tiers.iter().zip(keys).zip(penalties).zip(&decisions)
+        {
+            let new_at_ms = run.now_ms.saturating_add(decision.reset_after_ms);
+            let held_ms = turn_ms.map(|turn_ms| turn_ms.min(new_at_ms));
+            settle_tier(run, key_name, tier, until_ms, held_ms)?;
         }
     }
     Ok((Decision::all_of(&decisions), decisions))
