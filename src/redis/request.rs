@@ -140,6 +140,7 @@ impl Request {
                 options.cost,
                 mode,
                 penalty_of(options),
+                options.block_ms,
             )?),
             Request::Throttle(throttle) => Outcome::Throttle(apply::<Gcra>(
                 run,
@@ -147,6 +148,7 @@ impl Request {
                 throttle.params,
                 throttle.cost,
                 mode,
+                None,
                 None,
             )?),
             Request::Acquire { args, id, .. } => match mode {
