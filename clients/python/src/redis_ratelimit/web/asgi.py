@@ -138,7 +138,7 @@ class RateLimitMiddleware:
                 self._validated = True
                 try:
                     # Through the guard's client: short timeouts, no retries.
-                    await asyncio.wait_for(self.rule.validate(self.guard.limiter.redis), 2)
+                    await asyncio.wait_for(self.rule.validate(self.guard.on_this_loop().redis), 2)
                 except (*UNREACHABLE, asyncio.TimeoutError) as error:
                     logger.warning(
                         "rate limit %s: not validated at startup, Redis cannot be asked (%s)",

@@ -10,13 +10,15 @@ write a response; everything they decide is decided here, once.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import logging
+import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal, TypedDict, overload
@@ -393,6 +395,20 @@ class Rule:
         name) of each limit (the identity is the request's)."""
         return [(self.prefix, self.scope, name) for name in self.names]
 
+    def fingerprint(self) -> Hashable:
+        """What makes two rules count the same way into the same keys: the
+        same limits under the same names, identities from the same key
+        functions, the same penalty, cost and mode. Two rules with equal
+        fingerprints are one rule built twice."""
+        return (
+            self.prefix,
+            self.scope,
+            tuple((tier.name, tier.limit, _function_name(tier.key)) for tier in self.tiers),
+            self.penalty,
+            self.shadow,
+            self.cost if isinstance(self.cost, int) else _function_name(self.cost),
+        )
+
     def _identity(self, tier: Tier, request: Request) -> str | Verdict | None:
         identity = tier.key(request)
         if identity is None:
@@ -531,6 +547,14 @@ class Rule:
         ]
 
 
+def _function_name(function: Callable[..., Any]) -> str:
+    """A function as its module and qualified name: the same in an app
+    built twice, where the function objects (closures) differ."""
+    module = getattr(function, "__module__", None)
+    name = getattr(function, "__qualname__", None) or type(function).__qualname__
+    return f"{module}.{name}"
+
+
 def combine(decisions: Sequence[Decision]) -> Decision:
     """Several checks (one per identity, on a cluster) as one decision: each
     tier kept, allowed if all were, the rest from the binding tier."""
@@ -614,36 +638,91 @@ def exempt_methods(*methods: str) -> ExemptFunc:
     return lambda request: request.method.upper() in upper
 
 
+def _server_of(redis: Any) -> Hashable:
+    """The server a client writes to, so that two client objects to one
+    server are seen as one: (host, port, db) or (socket path, db); a
+    cluster by its primaries' addresses (every client of a cluster learns
+    them all); a client of another kind by its own identity."""
+    get_nodes = getattr(redis, "get_nodes", None)
+    if isinstance(redis, (RedisCluster, AsyncRedisCluster)) and get_nodes is not None:
+        return ("cluster", frozenset((node.host, node.port) for node in get_nodes()))
+    pool = getattr(redis, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if isinstance(kwargs, dict):
+        if kwargs.get("path"):
+            return ("unix", kwargs["path"], kwargs.get("db", 0))
+        port = kwargs.get("port", 6379)
+        return ("tcp", _addresses(kwargs.get("host", "localhost"), port), port, kwargs.get("db", 0))
+    return ("object", id(redis))
+
+
+def _addresses(host: str, port: int) -> Hashable:
+    """The addresses `host` names ("localhost" and "127.0.0.1" are one
+    server), or the name itself when it does not resolve now."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return host
+    return frozenset(info[4][0] for info in infos)
+
+
+@dataclass(frozen=True)
+class _Claim:
+    rule: weakref.ref[Rule]
+    fingerprint: Hashable
+    owner: str
+
+
 _claims_lock = threading.Lock()
-_claims: weakref.WeakKeyDictionary[Any, dict[tuple[str, str | None, str], str]] = (
-    weakref.WeakKeyDictionary()
-)
+_claims: dict[Hashable, dict[tuple[str, str | None, str], _Claim]] = {}
 
 
 def claim_keys(redis: Any, rule: Rule, owner: str) -> None:
     """Records that `owner` (a middleware, a view) writes `rule`'s keys on
-    `redis`; raises ValueError if another owner already does, so two rules
-    never count into one key by accident. Called when each is built."""
-    with _claims_lock:
-        claimed = _claims.setdefault(redis, {})
-        for name in rule.key_names():
-            other = claimed.get(name)
-            if other is not None and other != owner:
-                prefix, scope, limit = name
-                raise ValueError(
-                    f"{owner} and {other} would share the Redis keys "
-                    f"{prefix}:{{identity}}:{scope + ':' if scope else ''}{limit}: "
-                    "give one of them another scope= (or the limit another name=)"
-                )
-        for name in rule.key_names():
-            claimed[name] = owner
+    `redis`'s server; raises ValueError if another live rule that counts
+    differently already does, so two rules never count into one key by
+    accident. Called when each is built.
+
+    The same rule built again (an app factory called twice, a test's
+    fixture) takes the keys over: its keys are its own, counted the same
+    way. A rule that is gone (its app dropped) holds no keys; before
+    refusing, the garbage collector is run once, since a dropped app often
+    sits in a reference cycle. Claims are per server, not per client
+    object: two clients of one server write the same keys."""
+    server = _server_of(redis)
+    fingerprint = rule.fingerprint()
+    conflict: tuple[tuple[str, str | None, str], str] | None = None
+    for attempt in range(2):
+        with _claims_lock:
+            claimed = _claims.setdefault(server, {})
+            conflict = None
+            for name in rule.key_names():
+                other = claimed.get(name)
+                if other is None:
+                    continue
+                if other.fingerprint != fingerprint and other.rule() not in (None, rule):
+                    conflict = (name, other.owner)  # no reference kept: gc may free it
+                    break
+            if conflict is None:
+                for name in rule.key_names():
+                    claimed[name] = _Claim(weakref.ref(rule), fingerprint, owner)
+                return
+        if attempt == 0:
+            gc.collect()  # outside the lock: finalizers may run
+    assert conflict is not None
+    (prefix, scope, limit), other_owner = conflict
+    raise ValueError(
+        f"{owner} and {other_owner} would share the Redis keys "
+        f"{prefix}:{{identity}}:{scope + ':' if scope else ''}{limit} with different "
+        "limits: give one of them another scope= (or the limit another name=)"
+    )
 
 
 def release_keys(redis: Any, owner: str) -> None:
     """Forgets `owner`'s claims (a middleware rebuilt, a test's app gone)."""
     with _claims_lock:
-        claimed = _claims.get(redis, {})
-        for name in [n for n, o in claimed.items() if o == owner]:
+        claimed = _claims.get(_server_of(redis), {})
+        for name in [n for n, c in claimed.items() if c.owner == owner]:
             del claimed[name]
 
 

@@ -58,6 +58,8 @@ class RateLimitMiddleware:
         self.guard = sync_guard(redis, self.rule.timeout, self.rule.cooldown)
         self.cluster = isinstance(redis, RedisCluster)
         self.get_response = get_response
+        if self.rule.scope is None:  # one given on purpose may be shared on purpose
+            claim_keys(redis, self.rule, f"Django's RateLimitMiddleware at {id(self):#x}")
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         verdict = decide(self.rule, wsgi_request(request.META), self.guard.run, self.cluster)

@@ -168,15 +168,20 @@ class AsyncGuard:
         )
         return AsyncRateLimiter(redis.asyncio.Redis(connection_pool=twin))
 
-    async def run(self, command: Command[T]) -> T:
+    def on_this_loop(self) -> AsyncRateLimiter:
+        """The twin client, made again when the running loop is new:
+        asyncio connections belong to the loop that made them, and a new
+        loop (Starlette's TestClient without `with` makes one per request;
+        an app built again in a test, with its own) needs a pool of its own."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
-            # asyncio connections belong to the loop that made them: a new
-            # loop (Starlette's TestClient without `with` makes one per
-            # request) gets a pool of its own.
             if self._loop is not None:
                 self.limiter = self._twin()
             self._loop = loop
+        return self.limiter
+
+    async def run(self, command: Command[T]) -> T:
+        self.on_this_loop()
         self.breaker.admit()
         try:
             # The budget bounds the whole call, retries and all.
