@@ -103,13 +103,18 @@ def test_an_asgi_app_built_twice_works_twice(server: Server) -> None:
             assert http.get("/").headers["X-RateLimit-Limit"] == "5"
 
 
-def test_two_client_objects_of_one_server_are_one_server(server: Server) -> None:
+def test_two_client_objects_of_one_server_are_one_server(
+    server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
     one = redis.Redis(host="127.0.0.1", port=server.port)
     other = redis.Redis(host="localhost", port=server.port)  # another spelling, one server
     kept = RateLimitWSGIMiddleware(lambda e, s: [], redis=one, limits=TokenBucket(5, 1))
-    with pytest.raises(ValueError, match="would share the Redis keys"):
-        RateLimitWSGIMiddleware(lambda e, s: [], redis=other, limits=TokenBucket(9, 1))
+    RateLimitWSGIMiddleware(lambda e, s: [], redis=other, limits=TokenBucket(9, 1))
+    assert "would share the Redis keys rl:{identity}:tokenbucket" in caplog.text
+    assert "another client of the same Redis server" in caplog.text
+    caplog.clear()
     # Another database of that server is other keys.
     third = redis.Redis(port=server.port, db=1)
-    RateLimitWSGIMiddleware(lambda e, s: [], redis=third, limits=TokenBucket(9, 1))
+    RateLimitWSGIMiddleware(lambda e, s: [], redis=third, limits=TokenBucket(7, 1))
+    assert caplog.text == ""
     assert kept.rule.limits == (TokenBucket(5, 1),)

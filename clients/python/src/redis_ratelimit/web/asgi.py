@@ -26,6 +26,7 @@ from .core import (
     build_rule,
     claim_keys,
     join_headers,
+    layered_headers,
     logger,
 )
 from .guard import AsyncGuard, async_guard
@@ -115,18 +116,20 @@ class RateLimitMiddleware:
         if verdict.response is not None:
             await send_response(send, verdict.response)
             return
-        if not verdict.headers:
-            await self.app(scope, receive, send)
-            return
-        extra = [
-            (name.lower().encode("latin-1"), value.encode("latin-1"))
-            for name, value in verdict.headers
-        ]
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message = dict(message)
-                message["headers"] = [*message.get("headers", ()), *extra]
+                # Every rule's decision on this request (this one's, a
+                # route dependency's) as one set of fields, each once.
+                extra = [
+                    (name.lower().encode("latin-1"), value.encode("latin-1"))
+                    for name, value in layered_headers(scope)
+                ]
+                if extra:
+                    names = {name for name, _ in extra}
+                    message = dict(message)
+                    kept = [(n, v) for n, v in message.get("headers", ()) if n.lower() not in names]
+                    message["headers"] = [*kept, *extra]
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

@@ -498,7 +498,9 @@ class Rule:
         unless the request can never pass). Allowed: the app's response,
         with the headers; a shadow denial is told to `on_shadow_denied`
         first."""
-        headers = list(decision.headers(legacy=self.legacy_headers, ietf=self.ietf_headers).items())
+        layers = _layers(request)
+        layers.append((decision, self.legacy_headers, self.ietf_headers))
+        headers = layered_headers(request.raw)
         if decision.allowed:
             if decision.shadow_denied:
                 self.on_shadow_denied(request, decision)
@@ -553,6 +555,60 @@ def _function_name(function: Callable[..., Any]) -> str:
     module = getattr(function, "__module__", None)
     name = getattr(function, "__qualname__", None) or type(function).__qualname__
     return f"{module}.{name}"
+
+
+#: Where each rule that decides on a request leaves its decision, in the
+#: request's WSGI environ or ASGI scope (which every layer of one request
+#: shares: a middleware, then a view's decorator or a route's dependency).
+LAYERS = "redis_ratelimit.layers"
+
+#: Every field the rules write.
+RATE_LIMIT_FIELDS = frozenset(
+    name.lower()
+    for name in (
+        "X-RateLimit-Limit",
+        "X-RateLimit-Remaining",
+        "X-RateLimit-Reset",
+        "RateLimit",
+        "RateLimit-Policy",
+        "Retry-After",
+    )
+)
+
+
+def _layers(request: Request) -> list[tuple[Decision, bool, bool]]:
+    raw: Any = request.raw
+    try:
+        layers: list[tuple[Decision, bool, bool]] = raw.setdefault(LAYERS, [])
+    except AttributeError:  # a read-only mapping: this rule alone
+        return []
+    return layers
+
+
+def layered_headers(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The rate-limit fields of a request that several rules decided on (a
+    site-wide middleware, then a view's decorator): those of all of them
+    as one decision, so the binding limit (the one that denied, else the
+    one with least remaining) speaks in ``X-RateLimit-*`` and
+    ``Retry-After``, and every limit has its item in ``RateLimit``. Each
+    layer writes them over the last (`restamp`); the outermost, writing
+    last, writes them for all, once."""
+    layers: list[tuple[Decision, bool, bool]] = list(raw.get(LAYERS, ()))
+    if not layers:
+        return []
+    decision = layers[0][0] if len(layers) == 1 else combine([d for d, _, _ in layers])
+    legacy = any(legacy for _, legacy, _ in layers)
+    ietf = any(ietf for _, _, ietf in layers)
+    return list(decision.headers(legacy=legacy, ietf=ietf).items())
+
+
+def restamp(
+    existing: Sequence[tuple[str, str]], headers: Sequence[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """`existing` header pairs with `headers` in place of any field of the
+    same name (an inner layer's), so each field goes out once."""
+    names = {name.lower() for name, _ in headers}
+    return [(n, v) for n, v in existing if n.lower() not in names] + list(headers)
 
 
 def combine(decisions: Sequence[Decision]) -> Decision:
@@ -669,6 +725,7 @@ def _addresses(host: str, port: int) -> Hashable:
 @dataclass(frozen=True)
 class _Claim:
     rule: weakref.ref[Rule]
+    client: weakref.ref[Any]
     fingerprint: Hashable
     owner: str
 
@@ -680,40 +737,59 @@ _claims: dict[Hashable, dict[tuple[str, str | None, str], _Claim]] = {}
 def claim_keys(redis: Any, rule: Rule, owner: str) -> None:
     """Records that `owner` (a middleware, a view) writes `rule`'s keys on
     `redis`'s server; raises ValueError if another live rule that counts
-    differently already does, so two rules never count into one key by
-    accident. Called when each is built.
+    differently already does through the same client, so two rules never
+    count into one key by accident. Called when each is built.
 
     The same rule built again (an app factory called twice, a test's
     fixture) takes the keys over: its keys are its own, counted the same
     way. A rule that is gone (its app dropped) holds no keys; before
     refusing, the garbage collector is run once, since a dropped app often
-    sits in a reference cycle. Claims are per server, not per client
-    object: two clients of one server write the same keys."""
+    sits in a reference cycle.
+
+    Through another client object of the same server, the same clash is a
+    warning, not a refusal: a process holds apps it no longer serves (a
+    test's, kept by a traceback or a logger) for as long as it likes, and
+    a per-server refusal would refuse every rebuild with new limits after
+    them; a clash through one client is the same app's."""
     server = _server_of(redis)
     fingerprint = rule.fingerprint()
-    conflict: tuple[tuple[str, str | None, str], str] | None = None
+    conflict: tuple[tuple[str, str | None, str], _Claim] | None = None
     for attempt in range(2):
         with _claims_lock:
             claimed = _claims.setdefault(server, {})
             conflict = None
             for name in rule.key_names():
                 other = claimed.get(name)
-                if other is None:
+                if other is None or other.fingerprint == fingerprint:
                     continue
-                if other.fingerprint != fingerprint and other.rule() not in (None, rule):
-                    conflict = (name, other.owner)  # no reference kept: gc may free it
-                    break
-            if conflict is None:
+                if other.rule() not in (None, rule):  # no reference kept: gc may free it
+                    conflict = (name, other)
+                    if other.client() is redis:
+                        break
+            if conflict is None or conflict[1].client() is not redis:
                 for name in rule.key_names():
-                    claimed[name] = _Claim(weakref.ref(rule), fingerprint, owner)
-                return
+                    claimed[name] = _Claim(
+                        weakref.ref(rule), weakref.ref(redis), fingerprint, owner
+                    )
+                break
         if attempt == 0:
             gc.collect()  # outside the lock: finalizers may run
-    assert conflict is not None
-    (prefix, scope, limit), other_owner = conflict
+    if conflict is None:
+        return
+    (prefix, scope, limit), other = conflict
+    keys = f"{prefix}:{{identity}}:{scope + ':' if scope else ''}{limit}"
+    if other.client() is not redis:
+        logger.warning(
+            "%s and %s (through another client of the same Redis server) would share the "
+            "Redis keys %s with different limits: if both serve requests, give one of them "
+            "another scope= (or the limit another name=)",
+            owner,
+            other.owner,
+            keys,
+        )
+        return
     raise ValueError(
-        f"{owner} and {other_owner} would share the Redis keys "
-        f"{prefix}:{{identity}}:{scope + ':' if scope else ''}{limit} with different "
+        f"{owner} and {other.owner} would share the Redis keys {keys} with different "
         "limits: give one of them another scope= (or the limit another name=)"
     )
 

@@ -24,7 +24,7 @@ from redis.cluster import RedisCluster
 from typing_extensions import Unpack
 
 from ..kinds import require_sync
-from .core import Limits, Response, Rule, RuleOptions, Verdict, claim_keys, decide
+from .core import Limits, Response, Rule, RuleOptions, claim_keys, decide, layered_headers
 from .flask import view_scope
 from .guard import sync_guard
 from .wsgi import wsgi_request
@@ -39,8 +39,11 @@ def _response(r: Response) -> HttpResponse:
     return response
 
 
-def _with_headers(response: HttpResponse, verdict: Verdict) -> HttpResponse:
-    for name, value in verdict.headers:
+def _with_headers(response: HttpResponse, request: HttpRequest) -> HttpResponse:
+    """`response` with the fields of every rule that decided on `request`
+    (this one's, and a view decorator's under the middleware), each field
+    once, in place of those an inner layer set."""
+    for name, value in layered_headers(request.META):
         response[name] = value
     return response
 
@@ -65,7 +68,7 @@ class RateLimitMiddleware:
         verdict = decide(self.rule, wsgi_request(request.META), self.guard.run, self.cluster)
         if verdict.response is not None:
             return _response(verdict.response)
-        return _with_headers(self.get_response(request), verdict)
+        return _with_headers(self.get_response(request), request)
 
 
 def rate_limit(
@@ -88,7 +91,7 @@ def rate_limit(
             verdict = decide(rule, wsgi_request(request.META), guard.run, cluster)
             if verdict.response is not None:
                 return _response(verdict.response)
-            return _with_headers(view(request, *args, **kwargs), verdict)
+            return _with_headers(view(request, *args, **kwargs), request)
 
         return cast(F, limited)
 

@@ -22,7 +22,7 @@ from typing_extensions import Unpack
 
 from ..kinds import require_async
 from .asgi import asgi_request, decide_async
-from .core import Limits, Response, Rule, RuleOptions, Verdict
+from .core import Limits, Response, Rule, RuleOptions, Verdict, layered_headers
 from .guard import async_guard
 
 
@@ -74,5 +74,5 @@ class RateLimit:
         )
         if verdict.response is not None:
             raise RateLimitDenied(verdict.response)
-        for name, value in verdict.headers:
+        for name, value in layered_headers(request.scope):
             response.headers[name] = value

@@ -12,7 +12,17 @@ from redis.cluster import RedisCluster
 from typing_extensions import Unpack
 
 from ..kinds import require_sync
-from .core import Limits, Request, Rule, RuleOptions, build_rule, claim_keys, decide
+from .core import (
+    Limits,
+    Request,
+    Rule,
+    RuleOptions,
+    build_rule,
+    claim_keys,
+    decide,
+    layered_headers,
+    restamp,
+)
 from .guard import sync_guard
 
 Environ = dict[str, Any]
@@ -68,14 +78,15 @@ class RateLimitWSGIMiddleware:
         verdict = decide(self.rule, wsgi_request(environ), self.guard.run, self.cluster)
         if verdict.response is not None:
             response = verdict.response
-            start_response(f"{response.status} {response.reason}", response.headers)
+            headers = restamp(response.headers, layered_headers(environ))
+            start_response(f"{response.status} {response.reason}", headers)
             return [response.body]
-        if not verdict.headers:
-            return self.app(environ, start_response)
 
         def start_with_headers(
             status: str, headers: list[tuple[str, str]], exc_info: Any = None
         ) -> Any:
-            return start_response(status, [*headers, *verdict.headers], exc_info)
+            # Every rule's decision on this request, this one's and those
+            # of the app's own (a view's decorator), as one set of fields.
+            return start_response(status, restamp(headers, layered_headers(environ)), exc_info)
 
         return self.app(environ, start_with_headers)
