@@ -116,23 +116,7 @@ class RateLimitMiddleware:
         if verdict.response is not None:
             await send_response(send, verdict.response)
             return
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                # Every rule's decision on this request (this one's, a
-                # route dependency's) as one set of fields, each once.
-                extra = [
-                    (name.lower().encode("latin-1"), value.encode("latin-1"))
-                    for name, value in layered_headers(scope)
-                ]
-                if extra:
-                    names = {name for name, _ in extra}
-                    message = dict(message)
-                    kept = [(n, v) for n, v in message.get("headers", ()) if n.lower() not in names]
-                    message["headers"] = [*kept, *extra]
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
+        await self.app(scope, receive, headers_writer(scope, send))
 
     def _validating(self, receive: Receive) -> Receive:
         async def receive_checked() -> Message:
@@ -155,6 +139,35 @@ class RateLimitMiddleware:
     async def decide(self, request: Request) -> Verdict:
         """The verdict on `request`."""
         return await decide_async(self.rule, request, self.guard, self.cluster)
+
+
+#: Set in the scope by whatever will write the rate-limit headers of every
+#: rule on the response (`headers_writer`): a route dependency need not
+#: warn that its own are lost.
+HEADERS_WRITTEN = "redis_ratelimit.headers_written"
+
+
+def headers_writer(scope: Scope, send: Send) -> Send:
+    """`send`, writing on the response the fields of every rule that
+    decided on this request (this middleware's, a route dependency's,
+    decided later) as one set, each field once, over any an inner layer
+    wrote."""
+    scope[HEADERS_WRITTEN] = True
+
+    async def send_with_headers(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            extra = [
+                (name.lower().encode("latin-1"), value.encode("latin-1"))
+                for name, value in layered_headers(scope)
+            ]
+            if extra:
+                names = {name for name, _ in extra}
+                message = dict(message)
+                kept = [(n, v) for n, v in message.get("headers", ()) if n.lower() not in names]
+                message["headers"] = [*kept, *extra]
+        await send(message)
+
+    return send_with_headers
 
 
 async def send_response(send: Send, response: Response) -> None:
