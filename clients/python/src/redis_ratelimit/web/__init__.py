@@ -12,9 +12,11 @@ from .core import (
     Rule,
     api_key,
     client_ip,
+    client_subnet,
     exempt_methods,
     exempt_paths,
     forwarded_ip,
+    ip_identity,
     problem_response,
     user,
 )
@@ -29,9 +31,11 @@ __all__ = [
     "Rule",
     "api_key",
     "client_ip",
+    "client_subnet",
     "exempt_methods",
     "exempt_paths",
     "forwarded_ip",
+    "ip_identity",
     "problem_response",
     "user",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import ipaddress
 import json
 import logging
 import socket
@@ -97,16 +98,109 @@ class _Missing(str):
 MISSING: str = _Missing("missing")
 
 
+#: The IPv6 prefix an address is limited by, unless a key function says
+#: otherwise: a /64 is what one subscriber gets at the least (one LAN, one
+#: mobile device: RFC 6177, 3GPP), so all of one client's addresses count
+#: as one, and no two subscribers are ever merged. A home connection often
+#: holds a /56 (256 /64s): for a login form, give ``ipv6_subnet=56``.
+DEFAULT_IPV6_SUBNET = 64
+
+
+def ip_identity(text: str | None, ipv6_subnet: int = DEFAULT_IPV6_SUBNET) -> str:
+    """The identity of an address as the server or a proxy wrote it:
+    ``ip:<address>``, one spelling per address (``2001:db8::1``,
+    ``2001:0db8:0:0::0001`` and ``[2001:db8::1]`` are one; an IPv4 address
+    mapped into IPv6 is the IPv4 one; a port after it is dropped), an IPv6
+    address as its `ipv6_subnet` (``ip:2001:db8::/64``). `MISSING` for
+    nothing, or for what is not an address (a test client's name, a forged
+    header entry): never an identity of its own, which anyone could vary."""
+    if not text:
+        return MISSING
+    host = text.strip()
+    if host.startswith("["):  # [v6] or [v6]:port
+        end = host.find("]")
+        host = host[1:end] if end > 0 else ""
+    elif host.count(":") == 1:  # v4:port
+        host = host.split(":")[0]
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return MISSING
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return f"ip:{ip.ipv4_mapped}"
+        ip = ipaddress.IPv6Address(int(ip))  # no zone (%eth0)
+        if ipv6_subnet < 128:
+            net = ipaddress.IPv6Network((ip, ipv6_subnet), strict=False)
+            return f"ip:{net.network_address}/{ipv6_subnet}"
+    return f"ip:{ip}"
+
+
+def _check_subnet(ipv6_subnet: object) -> int:
+    if isinstance(ipv6_subnet, bool) or not isinstance(ipv6_subnet, int):
+        raise TypeError(f"ipv6_subnet must be an int (a prefix length), not {ipv6_subnet!r}")
+    if not 1 <= ipv6_subnet <= 128:
+        raise ValueError(f"ipv6_subnet must be from 1 to 128, not {ipv6_subnet}")
+    return ipv6_subnet
+
+
+_warned_trust_all = False
+
+
+def _warn_if_forwarding_trusts_all(request: Request) -> None:
+    """Warns once when the server took the peer address from the leftmost
+    of several ``X-Forwarded-For`` entries: it trusts every hop (uvicorn's
+    ``--forwarded-allow-ips='*'``, ``ProxyFix(x_for=n)`` with too large an
+    n), so the address is whatever the client wrote, a fresh identity per
+    request for anyone who wants one."""
+    global _warned_trust_all
+    forwarded = request.headers.get("x-forwarded-for")
+    if _warned_trust_all or not forwarded or "," not in forwarded or not request.client:
+        return
+    hops = [h.strip() for h in forwarded.split(",") if h.strip()]
+    if len(hops) >= 2 and hops[0] == request.client and hops[-1] != request.client:
+        _warned_trust_all = True
+        logger.warning(
+            "rate limit: the client address %s is the leftmost of %d X-Forwarded-For entries, "
+            "the one the client itself wrote: the server trusts every hop (uvicorn "
+            "--forwarded-allow-ips='*'? ProxyFix(x_for=...) above the number of proxies?), "
+            "so any client can choose its identity; trust only your own proxies, or use "
+            "forwarded_ip(trusted_proxies=n) on the raw peer address",
+            request.client,
+            len(hops),
+        )
+
+
 def client_ip(request: Request) -> str | None:
-    """The peer's address; `MISSING` when the server gives none (behind a
-    proxy on a unix socket: see `forwarded_ip`). Behind a proxy this is the
-    proxy's: see `forwarded_ip`."""
-    return MISSING if not request.client else "ip:" + request.client
+    """The peer's address (`ip_identity`: one spelling, IPv6 by its /64);
+    `MISSING` when the server gives none, or not an address. Behind a proxy
+    this is the proxy's: see `forwarded_ip`."""
+    _warn_if_forwarding_trusts_all(request)
+    return ip_identity(request.client)
 
 
-def forwarded_ip(trusted_proxies: int = 1, header: str = "X-Forwarded-For") -> KeyFunc:
+def client_subnet(ipv6_subnet: int = DEFAULT_IPV6_SUBNET) -> KeyFunc:
+    """`client_ip` grouping IPv6 addresses by another prefix length
+    (``client_subnet(56)``; 128: each address on its own)."""
+    _check_subnet(ipv6_subnet)
+
+    def key(request: Request) -> str | None:
+        _warn_if_forwarding_trusts_all(request)
+        return ip_identity(request.client, ipv6_subnet)
+
+    return key
+
+
+def forwarded_ip(
+    trusted_proxies: int = 1,
+    header: str = "X-Forwarded-For",
+    *,
+    ipv6_subnet: int = DEFAULT_IPV6_SUBNET,
+) -> KeyFunc:
     """The client address as your own proxies saw it: the entry
-    `trusted_proxies` places from the right of `header`.
+    `trusted_proxies` places from the right of `header` (`ip_identity`:
+    IPv6 by its `ipv6_subnet`; an entry that is not an address counts as
+    `MISSING`).
 
     Only for apps that sit behind that many proxies which each append to the
     header: the entries further left are whatever the client chose to send,
@@ -116,26 +210,43 @@ def forwarded_ip(trusted_proxies: int = 1, header: str = "X-Forwarded-For") -> K
     """
     if trusted_proxies < 1:
         raise ValueError("trusted_proxies must be at least 1")
+    _check_subnet(ipv6_subnet)
     name = header.lower()
 
     def key(request: Request) -> str | None:
         hops = [h.strip() for h in request.headers.get(name, "").split(",") if h.strip()]
         if len(hops) >= trusted_proxies:
-            return "ip:" + hops[-trusted_proxies]
-        return client_ip(request)
+            return ip_identity(hops[-trusted_proxies], ipv6_subnet)
+        return ip_identity(request.client, ipv6_subnet)
 
     return key
 
 
-def api_key(header: str = "X-Api-Key", fallback: KeyFunc | None = client_ip) -> KeyFunc:
+def api_key(
+    header: str = "X-Api-Key",
+    fallback: KeyFunc | None = client_ip,
+    *,
+    valid: Callable[[str], bool] | None = None,
+) -> KeyFunc:
     """The API key in `header`, hashed (a secret does not belong in a Redis
     key name, where ``SCAN`` and ``MONITOR`` show it); `fallback` for a
-    request without one (None: do not limit those)."""
+    request without one (None: do not limit those).
+
+    Without `valid`, any value is a key, so a client that sends a new
+    invented key with each request gets a fresh limit each time: the
+    per-address `fallback` never applies to it. Give ``valid(key) -> bool``
+    (a set lookup, a cache: it runs on every request) and a request whose
+    key is not valid is limited as one without a key, by `fallback` (by
+    address, by default); or keep a per-address limit in the same rule
+    beside the key's (``By(client_ip, ...)``).
+    """
+    if valid is not None and not callable(valid):
+        raise TypeError(f"valid must be a function of the key, not {valid!r}")
     name = header.lower()
 
     def key(request: Request) -> str | None:
         value = request.headers.get(name)
-        if not value:
+        if not value or (valid is not None and not valid(value)):
             return fallback(request) if fallback is not None else None
         return "key:" + hashlib.sha256(value.encode()).hexdigest()[:32]
 
@@ -417,8 +528,9 @@ class Rule:
             if not self._warned_missing:
                 self._warned_missing = True
                 logger.warning(
-                    "rate limit %s: a request to %s %s has no identity (no client address: a "
-                    "unix socket or a proxy? see forwarded_ip); such requests are %s",
+                    "rate limit %s: a request to %s %s has no identity (no client address, or "
+                    "one that is not an IP address: a unix socket, a proxy, a test client? see "
+                    "forwarded_ip); such requests are %s",
                     self.names,
                     request.method,
                     request.path,
