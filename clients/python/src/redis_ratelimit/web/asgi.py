@@ -16,7 +16,9 @@ from typing_extensions import Unpack
 
 from ..kinds import require_async
 from .core import (
+    REFUSED_CREDENTIALS,
     UNREACHABLE,
+    UNUSABLE,
     Limits,
     Request,
     Response,
@@ -66,8 +68,13 @@ async def decide_async(
     for command in pending.commands:
         try:
             decision = await guard.run(command)
+        except REFUSED_CREDENTIALS as error:
+            rule.refused(error)
+            raise
         except UNREACHABLE as error:
             return rule.unreachable(error)
+        except UNUSABLE as error:
+            return rule.unusable(error)
         decisions.append(decision)
         if not decision.allowed:
             break
@@ -126,6 +133,8 @@ class RateLimitMiddleware:
                 try:
                     # Through the guard's client: short timeouts, no retries.
                     await asyncio.wait_for(self.rule.validate(self.guard.on_this_loop().redis), 2)
+                except REFUSED_CREDENTIALS:
+                    raise  # a wrong password is not an outage: the app does not start
                 except (*UNREACHABLE, asyncio.TimeoutError) as error:
                     logger.warning(
                         "rate limit %s: not validated at startup, Redis cannot be asked (%s)",

@@ -38,9 +38,10 @@ from ..cache import DenialCache
 from ..client import RateLimiter
 from ..commands import Command
 from ..decision import Decision
+from ..errors import InvalidArgumentError, ModuleNotLoadedError
 from ..limits import Limit, parse_rates
 from ..units import Duration, check_duration, check_rate
-from .guard import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT
+from .guard import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT, REFUSED
 
 logger = logging.getLogger("redis_ratelimit")
 
@@ -55,6 +56,20 @@ AsyncClient = AsyncRedis | AsyncRedisCluster
 #: Any other error reply (a bad limit, a WRONGTYPE key) is a bug to see, and
 #: is raised.
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ClusterDownError, OutOfMemoryError)
+
+#: The errors that mean Redis refused the limiter's credentials or rights
+#: (``NOAUTH``, ``WRONGPASS``, ``NOPERM``): a configuration error, never an
+#: outage. redis-py makes some of them connection errors; these are checked
+#: first, and always raised: no request passes unlimited because a password
+#: is wrong, and none is refused as if Redis were down.
+REFUSED_CREDENTIALS = REFUSED
+
+#: The errors that mean the server cannot run the rule at all: the module
+#: is not loaded, or it refuses a limit. Found when the app starts where
+#: there is a start (`Rule.validate`); on a request (a route dependency, a
+#: rule never validated) they are logged at ERROR once per rule and
+#: answered as `fail_open` says, like an outage.
+UNUSABLE = (ModuleNotLoadedError, InvalidArgumentError)
 
 
 @dataclass(frozen=True)
@@ -500,6 +515,8 @@ class Rule:
         self.denials = DenialCache() if denial_cache else None
         self._outages = _OutageLog()
         self._warned_missing = False
+        self._told_refused = False
+        self._told_unusable = False
 
     def key_names(self) -> list[tuple[str, str | None, str]]:
         """What sets this rule's keys apart from another's: (prefix, scope,
@@ -619,10 +636,59 @@ class Rule:
             return Verdict(headers=headers)
         return Verdict(response=self.on_denied(request, decision, headers))
 
+    def refused(self, error: Exception) -> None:
+        """Redis refused the credentials or rights (`REFUSED_CREDENTIALS`):
+        logged at ERROR once; the caller raises."""
+        if not self._told_refused:
+            self._told_refused = True
+            logger.error(
+                "rate limit %s: Redis refused the rate limiter's credentials or rights (%s: "
+                "%s); this is a configuration error, not an outage: requests are not let "
+                "through unlimited, each raises until the password or ACL is fixed",
+                self.names,
+                type(error).__name__,
+                error,
+            )
+
+    def unusable(self, error: Exception) -> Verdict:
+        """The server cannot run this rule (`UNUSABLE`): logged at ERROR once,
+        then answered as `fail_open` says."""
+        if not self._told_unusable:
+            self._told_unusable = True
+            logger.error(
+                "rate limit %s cannot run on this server (%s: %s); requests are %s until "
+                "it is fixed (this is logged once)",
+                self.names,
+                type(error).__name__,
+                error,
+                "let through unlimited (fail_open)" if self.fail_open else "refused with 503",
+            )
+        return self._fail_mode()
+
+    def check_at_startup(self, redis: SyncClient) -> None:
+        """`validate` when the app starts, through the middleware's own
+        client (short timeouts, no retries): a limit the server refuses, a
+        server without the module, or credentials it refuses raise, so the
+        app does not start; Redis unreachable is only logged (the rule's
+        fail mode covers it)."""
+        try:
+            self.validate(redis)
+        except REFUSED_CREDENTIALS:
+            raise
+        except UNREACHABLE as error:
+            logger.warning(
+                "rate limit %s: not validated at startup, Redis cannot be asked (%s)",
+                self.names,
+                error,
+            )
+
     def unreachable(self, error: Exception) -> Verdict:
         """Redis could not decide (unreachable, or out of memory for a new
         key): pass, or 503, as `fail_open` says."""
         self._outages.note(error, self.fail_open)
+        return self._fail_mode()
+
+    def _fail_mode(self) -> Verdict:
         if self.fail_open:
             return PASS
         text = "Service unavailable: the rate limiter cannot be reached.\n"
@@ -998,8 +1064,13 @@ def decide(
     for command in pending.commands:
         try:
             decision = run(command)
+        except REFUSED_CREDENTIALS as error:
+            rule.refused(error)
+            raise
         except UNREACHABLE as error:
             return rule.unreachable(error)
+        except UNUSABLE as error:
+            return rule.unusable(error)
         decisions.append(decision)
         if not decision.allowed:
             break

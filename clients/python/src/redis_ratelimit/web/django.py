@@ -57,12 +57,15 @@ class RateLimitMiddleware:
         redis = conf.pop("redis", None)
         require_sync(redis, "settings.REDIS_RATELIMIT['redis']", "an ASGI middleware")
         rule = conf.pop("rule", None)
+        validate = conf.pop("validate", True)
         self.rule = rule if isinstance(rule, Rule) else Rule(conf.pop("limits"), **conf)
         self.guard = sync_guard(redis, self.rule.timeout, self.rule.cooldown)
         self.cluster = isinstance(redis, RedisCluster)
         self.get_response = get_response
         if self.rule.scope is None:  # one given on purpose may be shared on purpose
             claim_keys(redis, self.rule, f"Django's RateLimitMiddleware at {id(self):#x}")
+        if validate:  # Django makes its middleware when the app starts
+            self.rule.check_at_startup(self.guard.limiter.redis)
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         verdict = decide(self.rule, wsgi_request(request.META), self.guard.run, self.cluster)
@@ -85,6 +88,7 @@ def rate_limit(
         guard = sync_guard(redis, rule.timeout, rule.cooldown)
         if "scope" not in options:
             claim_keys(redis, rule, f"@rate_limit at {id(rule):#x} on {view_scope(view)}")
+        rule.check_at_startup(guard.limiter.redis)  # when the view is defined
 
         @functools.wraps(view)
         def limited(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:

@@ -58,6 +58,7 @@ def rate_limit(
         guard = sync_guard(redis, rule.timeout, rule.cooldown)
         if "scope" not in options:  # one given on purpose may be shared on purpose
             claim_keys(redis, rule, f"@rate_limit at {id(rule):#x} on {view_scope(view)}")
+        rule.check_at_startup(guard.limiter.redis)  # when the view is defined
 
         @functools.wraps(view)
         def limited(*args: Any, **kwargs: Any) -> Any:

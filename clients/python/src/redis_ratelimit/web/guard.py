@@ -27,6 +27,12 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
+from redis.exceptions import (
+    AuthenticationError,
+    AuthenticationWrongNumberOfArgsError,
+    AuthorizationError,
+    NoPermissionError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
@@ -36,6 +42,16 @@ from ..client import RateLimiter
 from ..commands import Command
 
 T = TypeVar("T")
+
+#: Redis refused the credentials or rights (NOAUTH, WRONGPASS, NOPERM; some
+#: are ConnectionErrors in redis-py): never counted by the breaker, which
+#: would then answer for Redis as if it were down. `web.core` raises them.
+REFUSED = (
+    AuthenticationError,
+    AuthorizationError,
+    AuthenticationWrongNumberOfArgsError,
+    NoPermissionError,
+)
 
 #: Redis's answer within this many seconds, or the call counts as failed.
 DEFAULT_TIMEOUT = 0.1
@@ -128,6 +144,9 @@ class SyncGuard:
         self.breaker.admit()
         try:
             reply = self.limiter.run(command)
+        except REFUSED:
+            self.breaker.succeeded()  # Redis answered: a wrong password is not an outage
+            raise
         except (RedisConnectionError, RedisTimeoutError):
             self.breaker.failed()
             raise
@@ -186,6 +205,9 @@ class AsyncGuard:
         try:
             # The budget bounds the whole call, retries and all.
             reply = await asyncio.wait_for(self.limiter.run(command), self.timeout)
+        except REFUSED:
+            self.breaker.succeeded()  # Redis answered: a wrong password is not an outage
+            raise
         except (RedisConnectionError, RedisTimeoutError):
             self.breaker.failed()
             raise

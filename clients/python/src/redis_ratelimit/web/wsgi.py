@@ -64,6 +64,7 @@ class RateLimitWSGIMiddleware:
         redis: Redis | RedisCluster,
         limits: Limits | None = None,
         rule: Rule | None = None,
+        validate: bool = True,
         **options: Unpack[RuleOptions],
     ) -> None:
         require_sync(redis, "RateLimitWSGIMiddleware", "RateLimitMiddleware (ASGI)")
@@ -73,6 +74,8 @@ class RateLimitWSGIMiddleware:
         self.cluster = isinstance(redis, RedisCluster)
         if self.rule.scope is None:  # one given on purpose may be shared on purpose
             claim_keys(redis, self.rule, f"RateLimitWSGIMiddleware at {id(self):#x}")
+        if validate:  # the server's word on the rule, now: `Rule.check_at_startup`
+            self.rule.check_at_startup(self.guard.limiter.redis)
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         verdict = decide(self.rule, wsgi_request(environ), self.guard.run, self.cluster)
