@@ -28,8 +28,8 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
-from redis.exceptions import ClusterDownError, OutOfMemoryError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import commands
@@ -41,7 +41,7 @@ from ..decision import Decision
 from ..errors import InvalidArgumentError, ModuleNotLoadedError
 from ..limits import Limit, parse_rates
 from ..units import Duration, check_duration, check_rate
-from .guard import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT, REFUSED
+from .guard import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT, IN_TRANSITION, REFUSED
 
 logger = logging.getLogger("redis_ratelimit")
 
@@ -49,13 +49,15 @@ SyncClient = Redis | RedisCluster
 AsyncClient = AsyncRedis | AsyncRedisCluster
 
 #: The errors that mean Redis cannot decide: it cannot be reached (down,
-#: refused, timed out, cluster without a primary for the slot), or it is at
+#: refused, timed out), its cluster is in transition (`IN_TRANSITION`:
+#: TRYAGAIN during a reshard, MOVED loops, CLUSTERDOWN, READONLY after a
+#: failover), or it is at
 #: `maxmemory` and refuses to create the key (``OOM ...``: the module keeps
 #: deciding for existing keys, but a client it never saw needs a new one).
 #: These, and only these, are answered by the fail-open/fail-closed choice.
 #: Any other error reply (a bad limit, a WRONGTYPE key) is a bug to see, and
 #: is raised.
-UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ClusterDownError, OutOfMemoryError)
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError, *IN_TRANSITION, OutOfMemoryError)
 
 #: The errors that mean Redis refused the limiter's credentials or rights
 #: (``NOAUTH``, ``WRONGPASS``, ``NOPERM``): a configuration error, never an

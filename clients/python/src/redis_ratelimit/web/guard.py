@@ -28,10 +28,15 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.exceptions import (
+    AskError,
     AuthenticationError,
     AuthenticationWrongNumberOfArgsError,
     AuthorizationError,
+    ClusterError,
     NoPermissionError,
+    ReadOnlyError,
+    SlotNotCoveredError,
+    TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -42,6 +47,15 @@ from ..client import RateLimiter
 from ..commands import Command
 
 T = TypeVar("T")
+
+#: Replies that mean the servers are changing hands, not that they refused
+#: the command: a slot being migrated (``TRYAGAIN``), redirections that do
+#: not settle (``MOVED``/``ASK`` loops, which redis-py ends with
+#: ``ClusterError: TTL exhausted``), a cluster without a primary for the
+#: slot (``CLUSTERDOWN``, ``MASTERDOWN``; `ClusterError` covers them), a
+#: slot no node serves, a primary turned replica (``READONLY``). An outage
+#: while they last: the breaker counts them and the fail mode answers.
+IN_TRANSITION = (TryAgainError, ClusterError, AskError, SlotNotCoveredError, ReadOnlyError)
 
 #: Redis refused the credentials or rights (NOAUTH, WRONGPASS, NOPERM; some
 #: are ConnectionErrors in redis-py): never counted by the breaker, which
@@ -147,7 +161,7 @@ class SyncGuard:
         except REFUSED:
             self.breaker.succeeded()  # Redis answered: a wrong password is not an outage
             raise
-        except (RedisConnectionError, RedisTimeoutError):
+        except (RedisConnectionError, RedisTimeoutError, *IN_TRANSITION):
             self.breaker.failed()
             raise
         except Exception:
@@ -208,7 +222,7 @@ class AsyncGuard:
         except REFUSED:
             self.breaker.succeeded()  # Redis answered: a wrong password is not an outage
             raise
-        except (RedisConnectionError, RedisTimeoutError):
+        except (RedisConnectionError, RedisTimeoutError, *IN_TRANSITION):
             self.breaker.failed()
             raise
         except asyncio.TimeoutError as error:
