@@ -18,6 +18,7 @@ from .core import (
     forwarded_ip,
     ip_identity,
     problem_response,
+    reset,
     user,
 )
 from .wsgi import RateLimitWSGIMiddleware
@@ -37,5 +38,6 @@ __all__ = [
     "forwarded_ip",
     "ip_identity",
     "problem_response",
+    "reset",
     "user",
 ]

@@ -34,7 +34,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import commands
 from ..async_client import AsyncRateLimiter
-from ..cache import DenialCache
+from ..cache import DEFAULT_MAX_AGE_S, DenialCache
 from ..client import RateLimiter
 from ..commands import Command
 from ..decision import Decision
@@ -340,6 +340,7 @@ class RuleOptions(TypedDict, total=False):
     on_denied: DenialHook | None
     exempt: ExemptFunc | None
     denial_cache: bool
+    denial_cache_max_age: float
     timeout: float
     cooldown: float
 
@@ -414,6 +415,10 @@ class Rule:
     address) limits it as ``on_missing_identity`` says, with one warning per
     rule. ``exempt(request)`` returning True exempts it too.
 
+    ``denial_cache_max_age``: seconds a cached denial is trusted at most
+    (1 by default): how long this process may keep denying an identity an
+    operator reset elsewhere (`reset` clears this process's at once).
+
     ``fail_open``: when Redis cannot be reached, let requests through (True,
     the default: an outage of the limiter should not become an outage of the
     API) or answer 503 (False). Each call to Redis has `timeout` seconds;
@@ -451,6 +456,7 @@ class Rule:
         on_denied: DenialHook | None = None,
         exempt: ExemptFunc | None = None,
         denial_cache: bool = True,
+        denial_cache_max_age: float = DEFAULT_MAX_AGE_S,
         timeout: float = DEFAULT_TIMEOUT,
         cooldown: float = DEFAULT_COOLDOWN,
     ) -> None:
@@ -494,6 +500,7 @@ class Rule:
             raise ValueError(f"prefix must be a non-empty str, not {prefix!r}")
         if scope is not None and not isinstance(scope, str):
             raise TypeError(f"scope must be a str or None, not {scope!r}")
+        check_rate("denial_cache_max_age", denial_cache_max_age)
         check_rate("timeout", timeout)
         check_rate("cooldown", cooldown)
         self.tiers = tiers
@@ -514,11 +521,13 @@ class Rule:
         self.exempt = exempt
         self.timeout = timeout
         self.cooldown = cooldown
-        self.denials = DenialCache() if denial_cache else None
+        self.denials = DenialCache(max_age_s=denial_cache_max_age) if denial_cache else None
         self._outages = _OutageLog()
         self._warned_missing = False
         self._told_refused = False
         self._told_unusable = False
+        with _rules_lock:
+            _rules.add(self)
 
     def key_names(self) -> list[tuple[str, str | None, str]]:
         """What sets this rule's keys apart from another's: (prefix, scope,
@@ -789,6 +798,72 @@ def restamp(
     same name (an inner layer's), so each field goes out once."""
     names = {name.lower() for name, _ in headers}
     return [(n, v) for n, v in existing if n.lower() not in names] + list(headers)
+
+
+#: Every rule of this process, for `reset` to clear their denial caches.
+_rules_lock = threading.Lock()
+_rules: weakref.WeakSet[Rule] = weakref.WeakSet()
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "\\*?[]" else c for c in text)
+
+
+@overload
+def reset(redis: AsyncClient, identity: str, *, prefix: str = "rl") -> Coroutine[Any, Any, int]: ...
+@overload
+def reset(redis: SyncClient, identity: str, *, prefix: str = "rl") -> int: ...
+
+
+def reset(
+    redis: SyncClient | AsyncClient, identity: str, *, prefix: str = "rl"
+) -> int | Coroutine[Any, Any, int]:
+    """Lets one client start afresh: deletes every key of `identity` (as
+    the key function gives it: ``"ip:203.0.113.9"``, ``"user:alice"``) under
+    `prefix`, in every rule and scope, penalties included, and forgets it
+    in the denial cache of every rule of this process. Other processes
+    (gunicorn's other workers) ask Redis again within their rules'
+    ``denial_cache_max_age`` (1 s by default). Returns how many keys were
+    deleted; ``await`` it with an asyncio client.
+
+    Found by ``SCAN`` (every primary of a cluster), so it suits an
+    operator's action, not every request."""
+    if not isinstance(identity, str) or not identity:
+        raise ValueError(
+            f"identity must be a non-empty str, such as 'ip:10.0.0.7', not {identity!r}"
+        )
+    key_prefix = f"{prefix}:{{{identity}}}:"
+    pattern = _glob_escape(key_prefix) + "*"
+
+    def forget_locally() -> None:
+        def gone(cache_key: Hashable) -> bool:
+            keys = cache_key if isinstance(cache_key, tuple) else ()
+            return any(isinstance(k, str) and k.startswith(key_prefix) for k in keys)
+
+        with _rules_lock:
+            rules = list(_rules)
+        for rule in rules:
+            if rule.denials is not None:
+                rule.denials.forget(gone)
+
+    if isinstance(redis, (AsyncRedis, AsyncRedisCluster)):
+        client = redis
+
+        async def reset_async() -> int:
+            keys = [key async for key in client.scan_iter(match=pattern, count=1000)]
+            deleted = 0
+            for start in range(0, len(keys), 500):  # one slot: one command per batch
+                deleted += int(await client.unlink(*keys[start : start + 500]))
+            forget_locally()
+            return deleted
+
+        return reset_async()
+    keys = list(redis.scan_iter(match=pattern, count=1000))
+    deleted = 0
+    for start in range(0, len(keys), 500):
+        deleted += int(redis.unlink(*keys[start : start + 500]))
+    forget_locally()
+    return deleted
 
 
 def combine(decisions: Sequence[Decision]) -> Decision:
