@@ -4,7 +4,11 @@ refuses (issue 30, item 12), a server without the module (item 13)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import flask
@@ -23,7 +27,7 @@ from redis_ratelimit.web import RateLimitMiddleware, RateLimitWSGIMiddleware
 from redis_ratelimit.web.fastapi import RateLimit
 
 from .apps import hello
-from .servers import Server
+from .servers import Server, free_port
 from .test_frameworks import django_settings
 from .test_rules import lifespan_startup
 
@@ -182,3 +186,30 @@ async def test_the_fastapi_dependency_on_a_server_without_the_module_says_so_onc
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1
     assert "cannot run on this server" in errors[0].getMessage()
+
+
+def test_gunicorn_does_not_start_with_a_password_redis_refuses(locked: Server) -> None:
+    # Its workers import the app, which builds the WSGI middleware, which asks
+    # the server: every worker fails to boot, and gunicorn exits, instead of
+    # serving every request unlimited with a warning every 10 s.
+    env = {**os.environ, "RL_TEST_REDIS_PORT": str(locked.port)}
+    process = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--workers",
+            "2",
+            "--bind",
+            f"127.0.0.1:{free_port()}",
+            "tests.gunicorn_app:app",
+        ],
+        cwd=Path(__file__).resolve().parents[1],
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+    assert process.returncode != 0
+    log = process.stderr.decode()
+    assert "AuthenticationError" in log
+    assert "Worker failed to boot" in log
