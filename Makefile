@@ -153,7 +153,7 @@ fuzz: deps
 
 # The release an operator installs without Rust (docs/install.md): the
 # release build, its redis.conf snippet, docs/install.md, the README, the
-# licence file if the repository has one, BUILD-INFO and SHA256SUMS, in
+# licence (LICENSE), BUILD-INFO and SHA256SUMS, in
 # dist/redis-ratelimit-<version>-linux-<arch>.tar.gz (scripts/dist.sh).
 dist: build
 	scripts/dist.sh

@@ -7,7 +7,7 @@
 #   redis-ratelimit.conf     a redis.conf snippet: loadmodule and the settings
 #   INSTALL.md               docs/install.md: installing, upgrading, the matrix
 #   README.md                the commands and their settings
-#   LICENSE                  the repository's licence file, when it has one
+#   LICENSE                  the licence (MIT, as Cargo.toml declares)
 #   BUILD-INFO               version, commit, compiler, newest glibc symbol
 #   SHA256SUMS               of every file above (sha256sum --check)
 # and dist/SHA256SUMS of the tarball itself. The tarball is reproducible from
@@ -34,19 +34,8 @@ mkdir -p "$dir" dist
 install -m 0755 "$module" "$dir/libredis_ratelimit.so"
 install -m 0644 docs/install.md "$dir/INSTALL.md"
 install -m 0644 README.md "$dir/README.md"
-licence=
-for f in LICENSE LICENSE.md LICENSE.txt LICENCE COPYING; do
-  if [ -f "$f" ]; then
-    install -m 0644 "$f" "$dir/LICENSE"
-    licence=$f
-    break
-  fi
-done
-if [ -z "$licence" ]; then
-  declared=$(sed -n 's/^license = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
-  echo "dist: WARNING: the repository has no licence file (Cargo.toml declares" \
-    "license = \"${declared:-nothing}\"); the tarball goes without one" >&2
-fi
+[ -f LICENSE ] || { echo "dist: LICENSE is missing: the tarball ships the licence text" >&2; exit 1; }
+install -m 0644 LICENSE "$dir/LICENSE"
 
 cat >"$dir/redis-ratelimit.conf" <<EOF
 # redis-ratelimit $version: the module's lines for redis.conf. Copy them into
@@ -79,7 +68,7 @@ glibc=$(objdump -T "$module" | grep -o 'GLIBC_[0-9.]*' | sort -u -V | tail -n 1)
   echo "target: linux-$arch"
   echo "compiler: $(rustc --version)"
   echo "newest glibc symbol version needed: $glibc"
-  echo "licence: ${licence:-no licence file in the repository}"
+  echo "licence: MIT (LICENSE)"
 } >"$dir/BUILD-INFO"
 
 (cd "$dir" && sha256sum -- * >SHA256SUMS)

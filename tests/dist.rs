@@ -110,26 +110,31 @@ fn the_tarball_holds_the_module_its_conf_the_docs_and_checksums_that_check() {
         .collect();
     files.sort();
     println!("{name}: {}", files.join(" "));
-    let mut expected = vec![
+    let expected = vec![
         "BUILD-INFO",
         "INSTALL.md",
+        "LICENSE",
         "README.md",
         "SHA256SUMS",
         "libredis_ratelimit.so",
         "redis-ratelimit.conf",
     ];
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    if ["LICENSE", "LICENSE.md", "LICENSE.txt", "LICENCE", "COPYING"]
-        .iter()
-        .any(|f| root.join(f).exists())
-    {
-        expected.insert(0, "LICENSE");
-    }
     assert_eq!(files, expected);
     // The operator docs are this repository's.
     assert_eq!(
         std::fs::read(unpacked.dir.join("INSTALL.md")).unwrap(),
         std::fs::read(root.join("docs/install.md")).unwrap()
+    );
+    // The licence Cargo.toml declares, as the repository's LICENSE says it.
+    let licence = std::fs::read_to_string(unpacked.dir.join("LICENSE")).unwrap();
+    assert_eq!(licence, std::fs::read_to_string(root.join("LICENSE")).unwrap());
+    assert!(licence.starts_with("MIT License\n"), "{licence}");
+    assert!(
+        std::fs::read_to_string(root.join("Cargo.toml"))
+            .unwrap()
+            .contains("\nlicense = \"MIT\"\n"),
+        "Cargo.toml declares the licence the LICENSE file holds"
     );
     // Every file is in SHA256SUMS, and each sum checks.
     let sums = std::fs::read_to_string(unpacked.dir.join("SHA256SUMS")).unwrap();
