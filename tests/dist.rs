@@ -128,7 +128,10 @@ fn the_tarball_holds_the_module_its_conf_the_docs_and_checksums_that_check() {
     );
     // The licence Cargo.toml declares, as the repository's LICENSE says it.
     let licence = std::fs::read_to_string(unpacked.dir.join("LICENSE")).unwrap();
-    assert_eq!(licence, std::fs::read_to_string(root.join("LICENSE")).unwrap());
+    assert_eq!(
+        licence,
+        std::fs::read_to_string(root.join("LICENSE")).unwrap()
+    );
     assert!(licence.starts_with("MIT License\n"), "{licence}");
     assert!(
         std::fs::read_to_string(root.join("Cargo.toml"))
