@@ -124,7 +124,7 @@ fn written(text: &[u8]) -> Result<Written<'_>, NotANumber> {
             let n = digits(after);
             after.split_at(n)
         }
-        _ => (&rest[..0], rest),
+        _ => (&b""[..], rest),
     };
     if integer.is_empty() && fraction.is_empty() {
         return Err(NotANumber::Malformed);

@@ -170,6 +170,7 @@ fn settle<A: Checked>(
     };
     if let Some(until_ms) = penalty_until {
         key.penalize::<A>(until_ms, run.now_ms)?;
+        A::counter().penalized();
     }
     let fresh_at_ms = before_ms.max(penalty_until.unwrap_or(before_ms));
     if key.settle_expiry(fresh_at_ms, run.expiry_slack_ms) || penalty_until.is_some() {

@@ -94,6 +94,7 @@ pub fn apply<A: Checked>(
     };
     if let Some(until_ms) = penalty_until {
         key.penalize::<A>(until_ms, run.now_ms)?;
+        A::counter().penalized();
         after_ms = after_ms.max(until_ms);
     }
     if key.settle_expiry_moved(before_ms, after_ms, run.expiry_slack_ms)
