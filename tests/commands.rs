@@ -329,8 +329,14 @@ fn bad_inputs() -> Vec<(Vec<&'static str>, &'static str)> {
         (vec!["10", "-1s"], window),
         (vec!["10", "367d"], window),
         (vec!["10", "10x"], window),
-        (vec!["10", "nan"], "ERR window must be a finite number, not 'nan'"),
-        (vec!["10", "infs"], "ERR window must be a finite number, not 'inf'"),
+        (
+            vec!["10", "nan"],
+            "ERR window must be a finite number, not 'nan'",
+        ),
+        (
+            vec!["10", "infs"],
+            "ERR window must be a finite number, not 'inf'",
+        ),
         (
             vec!["10", "1s", "PRECISION"],
             "ERR syntax error: PRECISION needs a value",
