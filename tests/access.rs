@@ -260,14 +260,20 @@ fn the_app_user_speaks_resp3_through_hello_without_a_rule_for_it() {
     let mut admin = server.connect();
     apply_recipe(&mut admin);
     let line = readme_acl_line("app");
-    assert!(!line.iter().any(|w| w.eq_ignore_ascii_case("+hello")), "{line:?}");
+    assert!(
+        !line.iter().any(|w| w.eq_ignore_ascii_case("+hello")),
+        "{line:?}"
+    );
     let secret = password(&line);
     let mut con = connect_as(&server, "app", &secret);
     let hello = run(&mut con, &["HELLO", "3"]).unwrap();
     assert_eq!(text(field(&hello, "proto").unwrap()), "3");
     // Under RESP3 now: RL.INFO answers a map.
     check(&mut con, &["RL.TOKENBUCKET", "k", "10", "1"]);
-    assert!(matches!(run(&mut con, &["RL.INFO", "k"]).unwrap(), redis::Value::Map(_)));
+    assert!(matches!(
+        run(&mut con, &["RL.INFO", "k"]).unwrap(),
+        redis::Value::Map(_)
+    ));
     let mut fresh = server.connect();
     let hello = run(&mut fresh, &["HELLO", "3", "AUTH", "app", &secret]).unwrap();
     assert_eq!(text(field(&hello, "proto").unwrap()), "3");
