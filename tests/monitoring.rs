@@ -368,19 +368,21 @@ fn the_exporter_with_the_shipped_script_publishes_each_algorithms_counters() {
     // One check allowed, one denied, one denied in SHADOW mode, of the
     // token bucket; a penalty of the fixed window; one wait allowed and one
     // timed out; and one check refused at maxmemory.
-    check(&mut con, &["RL.TOKENBUCKET", "tb", "1", "1"]);
-    check(&mut con, &["RL.TOKENBUCKET", "tb", "1", "1"]);
-    check(&mut con, &["RL.TOKENBUCKET", "tb", "1", "1", "SHADOW"]);
+    // (Rates slow enough that no token comes back between two calls, and a
+    // wait of 2 s that no delay between the calls can make unneeded.)
+    check(&mut con, &["RL.TOKENBUCKET", "tb", "1", "0.001"]);
+    check(&mut con, &["RL.TOKENBUCKET", "tb", "1", "0.001"]);
+    check(&mut con, &["RL.TOKENBUCKET", "tb", "1", "0.001", "SHADOW"]);
     for _ in 0..2 {
         check(
             &mut con,
             &["RL.FIXEDWINDOW", "fw", "1", "1h", "PENALTY", "1m"],
         );
     }
-    check(&mut con, &["RL.TOKENBUCKET", "w", "1", "20"]);
+    check(&mut con, &["RL.TOKENBUCKET", "w", "1", "0.5"]);
     let waited = check(
         &mut con,
-        &["RL.TOKENBUCKET", "w", "1", "20", "BLOCK", "5000"],
+        &["RL.TOKENBUCKET", "w", "1", "0.5", "BLOCK", "10000"],
     );
     assert_eq!(waited[0], 1, "allowed after its wait: {waited:?}");
     run(&mut con, &["RL.ACQUIRE", "slots", "1", "1m"]).unwrap();
