@@ -152,14 +152,17 @@ fuzz: deps
 		$(FUZZ_MADE)/states -- -max_total_time=$(FUZZ_SECONDS) -max_len=9000
 
 # The release an operator installs without Rust (docs/install.md): the
-# release build, its redis.conf snippet, docs/install.md, the README, the
-# licence file if the repository has one, BUILD-INFO and SHA256SUMS, in
-# dist/redis-ratelimit-<version>-linux-<arch>.tar.gz (scripts/dist.sh).
+# release build, its redis.conf snippet, the README and every page of docs/
+# (links to files it does not ship made plain text), monitoring/ (the
+# Prometheus exporter's script and rules), the licence (LICENSE), BUILD-INFO
+# and SHA256SUMS, in dist/redis-ratelimit-<version>-linux-<arch>.tar.gz
+# (scripts/dist.sh).
 dist: build
 	scripts/dist.sh
 
 # The tarball as an operator gets it (tests/dist.rs): unpacked into a
-# temporary directory, its sums checked, the glibc symbol versions of the
+# temporary directory, its sums checked, every link of every page and every
+# pointer of the conf snippet resolved inside it, the glibc symbol versions of the
 # .so printed and held to Ubuntu 22.04's 2.35, and every matrix server that
 # runs here started with it through its conf snippet.
 test-dist: dist

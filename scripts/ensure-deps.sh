@@ -17,6 +17,10 @@
 #   make a virtual environment with a working pip? Package python3-venv.
 # - node and npm (the Node client's tests, `make test-node`): does node run
 #   and is it 18 or later? Packages nodejs; does npm run? Package npm.
+# - the monitoring test (tests/monitoring.rs): does Debian's Redis exporter
+#   run (package prometheus-redis-exporter), and does promtool, which checks
+#   the shipped alerting and recording rules, run (package prometheus; its
+#   server is not started by the tests)?
 # Rust (stable, with cargo) must be installed beforehand: https://rustup.rs
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -82,6 +86,8 @@ missing_packages() {
   has_python_venv || missing+=(python3-venv)
   has_node || missing+=(nodejs)
   runs npm --version || missing+=(npm)
+  runs prometheus-redis-exporter --version || missing+=(prometheus-redis-exporter)
+  runs promtool --version || missing+=(prometheus)
   echo "${missing[@]:-}"
 }
 
@@ -108,7 +114,7 @@ else
   say "missing: $packages (Debian/Ubuntu package names)"
   say "this is not a Debian-like system: install libclang (with clang's headers), redis-server and"
   say "redis-cli/redis-benchmark 7.0 or later, libfaketime, Python 3.10+ with venv and pip,"
-  say "and Node.js 18 or later with npm,"
+  say "and Node.js 18 or later with npm, the Prometheus Redis exporter (1.45 or later) and promtool,"
   say "then run this again"
   exit 1
 fi

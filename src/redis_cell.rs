@@ -9,13 +9,10 @@ use crate::algorithms::{Decision, Mode, MAX_AMOUNT, MAX_DURATION_MS};
 use crate::error::CommandError;
 
 /// A signed 64-bit integer, as redis-cell reads its arguments (their
-/// ranges are checked by [`cl_throttle_args`]).
+/// ranges are checked by [`cl_throttle_args`]), in any decimal form whose
+/// value is whole (`1e3`, `60.0`), as every numeric argument here.
 fn integer(arg: &[u8], name: &str) -> Result<i64, CommandError> {
-    std::str::from_utf8(arg)
-        .ok()
-        .filter(|s| !s.starts_with('+'))
-        .and_then(|s| s.parse::<i64>().ok())
-        .ok_or_else(|| CommandError::must_be(name, "an integer"))
+    crate::words::values::whole_in(arg, name, i64::MIN..=i64::MAX, "an integer")
 }
 
 /// `CL.THROTTLE key max_burst count period [quantity]`, after the key.

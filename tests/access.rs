@@ -249,3 +249,33 @@ fn the_app_user_runs_every_check_not_setstate_and_a_replica_linked_as_repl_follo
     let dr: String = redis::cmd("DEBUG").arg("DIGEST").query(&mut r).unwrap();
     assert_eq!(dp, dr, "the datasets differ");
 }
+
+/// Issue 31: the recipe's user switches to RESP3 with `HELLO 3` (alone, or
+/// with `AUTH`) without any `+hello`: Redis runs `HELLO` for any user. What
+/// a client may send after it, such as `CLIENT SETNAME`, is another command
+/// the recipe does not grant.
+#[test]
+fn the_app_user_speaks_resp3_through_hello_without_a_rule_for_it() {
+    let server = Server::start(&[]);
+    let mut admin = server.connect();
+    apply_recipe(&mut admin);
+    let line = readme_acl_line("app");
+    assert!(
+        !line.iter().any(|w| w.eq_ignore_ascii_case("+hello")),
+        "{line:?}"
+    );
+    let secret = password(&line);
+    let mut con = connect_as(&server, "app", &secret);
+    let hello = run(&mut con, &["HELLO", "3"]).unwrap();
+    assert_eq!(text(field(&hello, "proto").unwrap()), "3");
+    // Under RESP3 now: RL.INFO answers a map.
+    check(&mut con, &["RL.TOKENBUCKET", "k", "10", "1"]);
+    assert!(matches!(
+        run(&mut con, &["RL.INFO", "k"]).unwrap(),
+        redis::Value::Map(_)
+    ));
+    let mut fresh = server.connect();
+    let hello = run(&mut fresh, &["HELLO", "3", "AUTH", "app", &secret]).unwrap();
+    assert_eq!(text(field(&hello, "proto").unwrap()), "3");
+    assert!(is_noperm(&mut fresh, &["CLIENT", "SETNAME", "x"]));
+}

@@ -258,6 +258,7 @@ fn bad_inputs() -> Vec<(Vec<&'static str>, &'static str)> {
     let amount = "must be an integer from 1 to 9007199254740991";
     let rate = "ERR rate must be a number greater than 0";
     let window = "ERR window must be a duration from 1ms to 366d";
+    let not_finite = "ERR rate must be a finite number, not";
     let mut table = vec![];
     for (args, err) in [
         (
@@ -276,9 +277,9 @@ fn bad_inputs() -> Vec<(Vec<&'static str>, &'static str)> {
         (vec!["99999999999999999999999", "1"], "ERR capacity must be"),
         (vec!["10", "0"], rate),
         (vec!["10", "-1"], rate),
-        (vec!["10", "nan"], rate),
-        (vec!["10", "inf"], rate),
-        (vec!["10", "1e999"], rate),
+        (vec!["10", "nan"], not_finite),
+        (vec!["10", "inf"], not_finite),
+        (vec!["10", "1e999"], not_finite),
         (vec!["10", "abc"], rate),
         (
             vec!["10", "1", "COST"],
@@ -322,14 +323,20 @@ fn bad_inputs() -> Vec<(Vec<&'static str>, &'static str)> {
         ),
         (vec!["0", "1s"], "ERR limit must be"),
         (vec!["-1", "1s"], "ERR limit must be"),
-        (vec!["1e3", "1s"], "ERR limit must be"),
+        (vec!["1.5e0", "1s"], "ERR limit must be"),
         (vec!["10", "0"], window),
         (vec!["10", "0.5ms"], window),
         (vec!["10", "-1s"], window),
         (vec!["10", "367d"], window),
         (vec!["10", "10x"], window),
-        (vec!["10", "nan"], window),
-        (vec!["10", "infs"], window),
+        (
+            vec!["10", "nan"],
+            "ERR window must be a finite number, not 'nan'",
+        ),
+        (
+            vec!["10", "infs"],
+            "ERR window must be a finite number, not 'inf'",
+        ),
         (
             vec!["10", "1s", "PRECISION"],
             "ERR syntax error: PRECISION needs a value",
@@ -534,5 +541,75 @@ fn memory_usage_of_a_token_bucket_key_is_that_of_a_small_string() {
             sc <= incr + 80,
             "sliding counter key takes {sc} B ({allocator})"
         );
+    }
+}
+
+/// Issue 31: a repeated or conflicting expiry option of `RL.SETSTATE` is
+/// named as such, not as an unknown option; and nothing is written.
+#[test]
+fn setstate_names_a_repeated_or_conflicting_expiry_option() {
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    let now = server_time_ms(&mut con);
+    let state = token_bucket_state(10, 1.0, 4.0, now);
+    let at = (now + 60_000).to_string();
+    let setstate = |con: &mut redis::Connection, options: &[&str]| {
+        let mut cmd = redis::cmd("RL.SETSTATE");
+        cmd.arg("s").arg(&state);
+        for o in options {
+            cmd.arg(*o);
+        }
+        cmd.query::<String>(con)
+            .map_err(|e| format!("{} {}", e.code().unwrap_or(""), e.detail().unwrap_or("")))
+    };
+    for (options, expected) in [
+        (
+            vec!["KEEPTTL", "KEEPTTL"],
+            "ERR syntax error: KEEPTTL given more than once",
+        ),
+        (
+            vec!["keepttl", "KEEPTTL"],
+            "ERR syntax error: KEEPTTL given more than once",
+        ),
+        (
+            vec!["PXAT", &at, "PXAT", &at],
+            "ERR syntax error: PXAT given more than once",
+        ),
+        (
+            vec!["PXAT", "5", "KEEPTTL"],
+            "ERR syntax error: PXAT and KEEPTTL cannot be given together",
+        ),
+        (
+            vec!["KEEPTTL", "PXAT", &at],
+            "ERR syntax error: KEEPTTL and PXAT cannot be given together",
+        ),
+        (vec!["PXAT"], "ERR syntax error: PXAT needs a value"),
+        (
+            vec!["PXAT", "0"],
+            "ERR PXAT must be a Unix time in milliseconds from 1 to 2^53",
+        ),
+        (vec!["EX", "5"], "ERR syntax error: unknown option 'EX'"),
+    ] {
+        assert_eq!(
+            setstate(&mut con, &options),
+            Err(expected.to_string()),
+            "{options:?}"
+        );
+        assert!(!exists(&mut con, "s"), "{options:?}");
+    }
+    // Each alone, in any case, and PXAT in exponent form.
+    let exponent = format!("{}e-3", (now + 70_000) * 1000);
+    let expiries = [
+        (vec!["KEEPTTL"], -1),
+        (vec!["pxat", &at], now + 60_000),
+        (vec!["PXAT", &exponent], now + 70_000),
+    ];
+    for (options, expiry) in expiries {
+        assert_eq!(
+            setstate(&mut con, &options),
+            Ok("OK".to_string()),
+            "{options:?}"
+        );
+        assert_eq!(expiry_time(&mut con, "s"), expiry, "{options:?}");
     }
 }

@@ -110,26 +110,77 @@ fn the_tarball_holds_the_module_its_conf_the_docs_and_checksums_that_check() {
         .collect();
     files.sort();
     println!("{name}: {}", files.join(" "));
-    let mut expected = vec![
+    let expected = vec![
         "BUILD-INFO",
         "INSTALL.md",
+        "LICENSE",
         "README.md",
         "SHA256SUMS",
+        "docs",
         "libredis_ratelimit.so",
+        "monitoring",
         "redis-ratelimit.conf",
     ];
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    if ["LICENSE", "LICENSE.md", "LICENSE.txt", "LICENCE", "COPYING"]
-        .iter()
-        .any(|f| root.join(f).exists())
-    {
-        expected.insert(0, "LICENSE");
-    }
     assert_eq!(files, expected);
-    // The operator docs are this repository's.
+    // The docs, the README and the monitoring files are this repository's,
+    // all of them: a page differs only where a link left the tarball (made
+    // plain text, on the same line).
+    let shipped = files_under(&unpacked.dir);
+    let mut from_repo: Vec<String> = ["README.md".to_string()]
+        .into_iter()
+        .chain(
+            files_under(&root.join("docs"))
+                .iter()
+                .map(|f| format!("docs/{f}")),
+        )
+        .chain(
+            files_under(&root.join("monitoring"))
+                .iter()
+                .map(|f| format!("monitoring/{f}")),
+        )
+        .collect();
+    from_repo.sort();
+    for file in &from_repo {
+        assert!(shipped.contains(file), "{file} is not in the tarball");
+        let ours = std::fs::read(root.join(file)).unwrap();
+        let theirs = std::fs::read(unpacked.dir.join(file)).unwrap();
+        if !file.ends_with(".md") {
+            assert_eq!(ours, theirs, "{file}");
+            continue;
+        }
+        let (ours, theirs) = (
+            String::from_utf8(ours).unwrap(),
+            String::from_utf8(theirs).unwrap(),
+        );
+        assert_eq!(ours.lines().count(), theirs.lines().count(), "{file}");
+        // A changed line holds the rewritten link, or the start of its text
+        // (a link's text may run over two lines).
+        let theirs: Vec<&str> = theirs.lines().collect();
+        let rewritten = |i: usize| {
+            theirs
+                .get(i)
+                .is_some_and(|l| l.contains("in the source repository)"))
+        };
+        for (i, (a, b)) in ours.lines().zip(&theirs).enumerate() {
+            assert!(
+                a == *b || rewritten(i) || rewritten(i + 1),
+                "{file}: {a:?} became {b:?}"
+            );
+        }
+    }
+    // The licence Cargo.toml declares, as the repository's LICENSE says it.
+    let licence = std::fs::read_to_string(unpacked.dir.join("LICENSE")).unwrap();
     assert_eq!(
-        std::fs::read(unpacked.dir.join("INSTALL.md")).unwrap(),
-        std::fs::read(root.join("docs/install.md")).unwrap()
+        licence,
+        std::fs::read_to_string(root.join("LICENSE")).unwrap()
+    );
+    assert!(licence.starts_with("MIT License\n"), "{licence}");
+    assert!(
+        std::fs::read_to_string(root.join("Cargo.toml"))
+            .unwrap()
+            .contains("\nlicense = \"MIT\"\n"),
+        "Cargo.toml declares the licence the LICENSE file holds"
     );
     // Every file is in SHA256SUMS, and each sum checks.
     let sums = std::fs::read_to_string(unpacked.dir.join("SHA256SUMS")).unwrap();
@@ -137,8 +188,8 @@ fn the_tarball_holds_the_module_its_conf_the_docs_and_checksums_that_check() {
         .lines()
         .map(|l| l.split_whitespace().nth(1).unwrap())
         .collect();
-    let mut without_sums = expected.clone();
-    without_sums.retain(|f| *f != "SHA256SUMS");
+    let mut without_sums = shipped.clone();
+    without_sums.retain(|f| f != "SHA256SUMS");
     assert_eq!(summed, without_sums);
     let check = Command::new("sha256sum")
         .args(["--check", "--strict", "SHA256SUMS"])
@@ -162,6 +213,116 @@ fn the_tarball_holds_the_module_its_conf_the_docs_and_checksums_that_check() {
         "dist/SHA256SUMS: {}",
         String::from_utf8_lossy(&check.stdout)
     );
+}
+
+/// Every file under `dir`, as paths relative to it, sorted.
+fn files_under(dir: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                let relative = path.strip_prefix(dir).unwrap();
+                files.push(relative.to_str().unwrap().to_string());
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Issue 31: the tarball stands alone. Every relative link of every page in
+/// it leads to a file in it (and to a heading of that page), and what the
+/// conf snippet and the pages point an operator to is there: the settings,
+/// `INFO` and events, persistence, replication, `maxmemory`, access
+/// control, the data types to delete before removing the module, upgrading.
+#[test]
+#[ignore = "needs the tarball: run with `make test-dist`"]
+fn every_link_in_the_unpacked_tarball_resolves_inside_it() {
+    let unpacked = Unpacked::new();
+    let dir = unpacked.dir.canonicalize().unwrap();
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    let heading = |file: &Path, anchor: &str| {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        file.extension().is_some_and(|e| e == "md")
+            && common::links::anchors(&text).contains(anchor)
+    };
+    for page in files_under(&dir).iter().filter(|f| f.ends_with(".md")) {
+        let page = dir.join(page);
+        let text = std::fs::read_to_string(&page).unwrap();
+        for (target, line) in common::links::links(&text) {
+            checked += 1;
+            let at = format!(
+                "{}:{line}: {target}",
+                page.strip_prefix(&dir).unwrap().display()
+            );
+            let (file, anchor) = target.split_once('#').unwrap_or((&target, ""));
+            let path = if file.is_empty() {
+                page.clone()
+            } else {
+                page.parent().unwrap().join(file)
+            };
+            match path.canonicalize() {
+                Ok(p) if p.starts_with(&dir) => {
+                    if !anchor.is_empty() && !heading(&p, anchor) {
+                        failures.push(format!("{at}: no such heading"));
+                    }
+                }
+                Ok(_) => failures.push(format!("{at}: outside the tarball")),
+                Err(_) => failures.push(format!("{at}: no such file")),
+            }
+        }
+    }
+    // The conf snippet's pointers: `docs/<page>.md#<heading>`.
+    let conf = std::fs::read_to_string(dir.join("redis-ratelimit.conf")).unwrap();
+    let pointers: Vec<&str> = conf
+        .split(|c: char| c.is_whitespace() || "(),;".contains(c))
+        .filter(|w| w.contains(".md"))
+        .collect();
+    assert!(!pointers.is_empty(), "the snippet points to the docs");
+    for pointer in pointers {
+        checked += 1;
+        let (file, anchor) = pointer.split_once('#').unwrap_or((pointer, ""));
+        let path = dir.join(file);
+        if !path.exists() || (!anchor.is_empty() && !heading(&path, anchor)) {
+            failures.push(format!("redis-ratelimit.conf: {pointer}: does not resolve"));
+        }
+    }
+    println!("{checked} links and pointers checked");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(checked > 100, "only {checked} links found");
+    // What an operator needs, each a heading the start page leads to.
+    let operations = std::fs::read_to_string(dir.join("docs/operations.md")).unwrap();
+    let install = std::fs::read_to_string(dir.join("docs/install.md")).unwrap();
+    let start = std::fs::read_to_string(dir.join("INSTALL.md")).unwrap();
+    for (text, anchor) in [
+        (&operations, "configuration"),
+        (&operations, "info-ratelimit"),
+        (&operations, "prometheus"),
+        (&operations, "events"),
+        (&operations, "at-maxmemory"),
+        (&operations, "persistence"),
+        (&operations, "replication"),
+        (&operations, "data-types"),
+        (&operations, "access-control"),
+        (&install, "upgrading"),
+        (&install, "installing-on-a-server"),
+    ] {
+        assert!(
+            common::links::anchors(text).contains(anchor),
+            "no #{anchor}"
+        );
+    }
+    for page in ["docs/install.md", "docs/operations.md", "docs/commands.md"] {
+        assert!(
+            start.contains(&format!("]({page})")),
+            "INSTALL.md leads to {page}"
+        );
+    }
 }
 
 /// `objdump -T`'s glibc symbol versions of `so`: each version with the

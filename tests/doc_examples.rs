@@ -48,6 +48,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use common::links::{anchors, links};
 use common::*;
 use redis::Value;
 
@@ -429,77 +430,6 @@ fn every_redis_cli_session_of_the_docs_prints_what_the_page_shows() {
     let sessions: usize = counts.values().map(|c| c[0]).sum();
     assert!(sessions >= 20, "only {sessions} sessions found");
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
-}
-
-/// The relative links of a page: (target as written, line).
-fn links(text: &str) -> Vec<(String, usize)> {
-    let mut links = Vec::new();
-    let mut in_fence = false;
-    for (n, line) in text.lines().enumerate() {
-        if line.trim_start().starts_with("```") {
-            in_fence = !in_fence;
-            continue;
-        }
-        if in_fence {
-            continue;
-        }
-        let mut rest = line;
-        while let Some(at) = rest.find("](") {
-            let after = &rest[at + 2..];
-            let Some(end) = after.find(')') else { break };
-            let target = after[..end].trim();
-            if !target.contains("://") && !target.starts_with("mailto:") {
-                links.push((target.to_string(), n + 1));
-            }
-            rest = &after[end..];
-        }
-    }
-    links
-}
-
-/// GitHub's anchors for a page's headings (and its explicit `<a id>`s).
-fn anchors(text: &str) -> BTreeSet<String> {
-    let mut anchors = BTreeSet::new();
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    let mut in_fence = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            in_fence = !in_fence;
-            continue;
-        }
-        if in_fence {
-            continue;
-        }
-        let mut rest = line;
-        while let Some(at) = rest.find("<a id=\"") {
-            let after = &rest[at + 7..];
-            let end = after.find('"').unwrap();
-            anchors.insert(after[..end].to_string());
-            rest = &after[end..];
-        }
-        let Some(title) = line.strip_prefix('#') else {
-            continue;
-        };
-        let title = title.trim_start_matches('#');
-        if !title.starts_with(' ') {
-            continue;
-        }
-        let slug: String = title
-            .trim()
-            .to_lowercase()
-            .chars()
-            .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
-            .map(|c| if c == ' ' { '-' } else { c })
-            .collect();
-        let n = seen.entry(slug.clone()).or_default();
-        anchors.insert(if *n == 0 {
-            slug.clone()
-        } else {
-            format!("{slug}-{n}")
-        });
-        *n += 1;
-    }
-    anchors
 }
 
 #[test]

@@ -29,7 +29,7 @@ use super::{Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS
 use crate::encoding::{put_u64, DecodeError, Reader};
 use crate::error::CommandError;
 use crate::words::syntax::{duration_word, Kind, Syntax, Word};
-use crate::words::values::{amount, duration_ms};
+use crate::words::values::{amount, duration_ms, whole_in};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcraParams {
@@ -94,12 +94,12 @@ impl Syntax for GcraParams {
         let burst = if *burst == b"0" {
             0
         } else {
-            amount(burst, "burst")
-                .ok()
-                .filter(|&b| b < MAX_AMOUNT)
-                .ok_or_else(|| {
-                    CommandError::must_be("burst", "an integer from 0 to 9007199254740990")
-                })?
+            whole_in(
+                burst,
+                "burst",
+                0..=MAX_AMOUNT as i64 - 1,
+                "an integer from 0 to 9007199254740990",
+            )? as u64
         };
         let count = amount(count, "count")?;
         let period_ms = duration_ms(period, "period")?;

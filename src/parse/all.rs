@@ -8,6 +8,7 @@ use crate::algorithms::registry::Listed;
 use crate::algorithms::Algorithm;
 use crate::error::{shown, CommandError};
 use crate::words::syntax::{Syntax, MAX_OWN_OPTIONS};
+use crate::words::values::whole_in;
 
 /// The tiers of `RL.ALL` and the reading of one spec, made from the
 /// registry: a tier for each algorithm, nothing else.
@@ -91,12 +92,13 @@ pub fn numkeys(args: &[&[u8]]) -> Result<usize, CommandError> {
         return Err(CommandError::Arity);
     };
     let given = args.len() - 1;
-    let n = std::str::from_utf8(first)
-        .ok()
-        .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
-        .and_then(|t| t.parse::<usize>().ok())
-        .filter(|&n| n >= 1)
-        .ok_or_else(|| CommandError::must_be("numkeys", "a whole number of at least 1"))?;
+    let n = whole_in(
+        first,
+        "numkeys",
+        1..=i64::MAX,
+        "a whole number of at least 1",
+    )?;
+    let n = usize::try_from(n).unwrap_or(usize::MAX);
     if n > given {
         return Err(CommandError::must_be(
             "numkeys",
@@ -340,7 +342,11 @@ mod tests {
             n(&["3", "a", "b"]),
             "ERR numkeys must be at most the number of arguments after it"
         );
-        for bad in ["0", "-1", "+1", "1.0", "", "99999999999999999999999"] {
+        // Any decimal form of a whole number, as every numeric argument.
+        assert_eq!(n(&["2e0", "a", "b", "x"]), "ok 2");
+        assert_eq!(n(&["+1", "a"]), "ok 1");
+        assert_eq!(n(&["1.0", "a"]), "ok 1");
+        for bad in ["0", "-1", "1.5", "", "1e", "99999999999999999999999"] {
             assert_eq!(
                 n(&[bad, "a"]),
                 "ERR numkeys must be a whole number of at least 1",

@@ -6,7 +6,7 @@
 use crate::algorithms::concurrency::{LeaseParams, MAX_ID_BYTES};
 use crate::error::CommandError;
 use crate::words::syntax::{OptionWord, Syntax, MAX_OWN_OPTIONS};
-use crate::words::values::{amount, duration_ms};
+use crate::words::values::{amount, duration_ms, whole_in, MAX_AMOUNT};
 
 /// The options every check command takes after its parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,15 +128,13 @@ pub(crate) fn exclusive(options: &CheckOptions) -> Result<(), CommandError> {
 /// `BLOCK`'s value: whole milliseconds, 0 for no limit (Redis's convention
 /// for blocking commands).
 pub fn block_ms(word: &[u8]) -> Result<u64, CommandError> {
-    if word == b"0" {
-        return Ok(0);
-    }
-    amount(word, "BLOCK").map_err(|_| {
-        CommandError::must_be(
-            "BLOCK",
-            "a whole number of milliseconds from 0 (no limit) to 9007199254740991",
-        )
-    })
+    whole_in(
+        word,
+        "BLOCK",
+        0..=MAX_AMOUNT as i64,
+        "a whole number of milliseconds from 0 (no limit) to 9007199254740991",
+    )
+    .map(|ms| ms as u64)
 }
 
 /// The algorithm's option `word` names, and the slot for its value.

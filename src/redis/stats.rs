@@ -1,7 +1,8 @@
 //! `INFO ratelimit`: how many requests each command allowed and denied since
 //! the server started, and (for the commands that take `SHADOW`) how many it
 //! would have denied in shadow mode (peeks and errors are not counted),
-//! clients waiting (`BLOCK`), and what `RL.TOP`'s sketch holds.
+//! clients waiting (`BLOCK`), and what `RL.TOP`'s sketch holds; and what
+//! the module holds: its keys, by algorithm, and the bytes it allocated.
 //!
 //! Commands run on Redis's main thread only, so a counter is a relaxed load
 //! and store, not a locked read-modify-write: counting costs next to nothing
@@ -10,7 +11,10 @@
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
+use super::ffi::alloc::allocated_bytes;
+use super::ffi::types::TypedValue;
 use super::sketch;
+use crate::algorithms::penalty::Penalized;
 
 /// Clients waiting now (`BLOCK`, `super::waiters`).
 pub static WAITING: AtomicUsize = AtomicUsize::new(0);
@@ -20,20 +24,32 @@ pub static WAITS_ALLOWED: AtomicU64 = AtomicU64::new(0);
 pub static WAITS_TIMED_OUT: AtomicU64 = AtomicU64::new(0);
 
 /// A command's requests: allowed, denied, and denied in `SHADOW` mode
-/// (answered allowed), each counted once.
+/// (answered allowed), each counted once; and for an algorithm, the
+/// penalties its denials started (`PENALTY`; a denial during a penalty
+/// starts none).
 pub struct Counter {
-    fields: [&'static CStr; 3],
-    counts: [AtomicU64; 3],
+    fields: [&'static CStr; 4],
+    counts: [AtomicU64; 4],
     /// Whether the command takes `SHADOW` (else it has no third line).
     shadowable: bool,
+    /// Whether it is an algorithm's, which counts penalties (else it has no
+    /// fourth line: `RL.ALL`'s penalties are counted by each tier's
+    /// algorithm).
+    penalizable: bool,
 }
 
 impl Counter {
-    const fn new(fields: [&'static CStr; 3], shadowable: bool) -> Self {
+    const fn new(fields: [&'static CStr; 4], shadowable: bool, penalizable: bool) -> Self {
         Self {
             fields,
-            counts: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+            counts: [
+                AtomicU64::new(0),
+                AtomicU64::new(0),
+                AtomicU64::new(0),
+                AtomicU64::new(0),
+            ],
             shadowable,
+            penalizable,
         }
     }
 
@@ -44,20 +60,30 @@ impl Counter {
             (false, false) => 1,
             (false, true) => 2,
         };
+        self.bump(i);
+    }
+
+    /// Counts a penalty a denial started.
+    pub fn penalized(&self) {
+        self.bump(3);
+    }
+
+    fn bump(&self, i: usize) {
         if let Some(counter) = self.counts.get(i) {
             counter.store(counter.load(Relaxed).wrapping_add(1), Relaxed);
         }
     }
 }
 
-/// A command's three fields, `<name>_allowed`, `_denied` and
-/// `_shadow_denied`.
+/// A command's four fields, `<name>_allowed`, `_denied`, `_shadow_denied`
+/// and `_penalties`.
 macro_rules! fields {
     ($name:expr) => {
         [
             concat_cstr!($name, "_allowed"),
             concat_cstr!($name, "_denied"),
             concat_cstr!($name, "_shadow_denied"),
+            concat_cstr!($name, "_penalties"),
         ]
     };
 }
@@ -87,7 +113,7 @@ macro_rules! counters {
     ) => {
         $(impl Counted for crate::algorithms::$module::$ty {
             fn counter() -> &'static Counter {
-                static COUNTER: Counter = Counter::new(fields!($name), true);
+                static COUNTER: Counter = Counter::new(fields!($name), true, true);
                 &COUNTER
             }
         })*
@@ -104,9 +130,39 @@ macro_rules! counters {
 }
 crate::registry!(counters);
 
-pub static CL_THROTTLE: Counter = Counter::new(fields!("cl_throttle"), false);
-pub static ALL: Counter = Counter::new(fields!("all"), true);
-pub static ACQUIRE: Counter = Counter::new(fields!("acquire"), false);
+/// How many values of `A` Redis holds (see `TypedValue::held`).
+fn held<A: TypedValue>() -> u64 {
+    A::held().load(Relaxed)
+}
+
+/// The keys each algorithm holds, penalized ones included (the same
+/// algorithm), as `<name>_keys`, then the leases' keys, then all of them
+/// as `keys`: what `SCAN ... TYPE` over every type name would count,
+/// without the scan. Like `DBSIZE`, over every database, and counting
+/// expired keys Redis has not reclaimed yet.
+macro_rules! key_counts {
+    (
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal;)* }
+    ) => {
+        fn key_counts(add: &mut dyn FnMut(&'static CStr, u64)) {
+            let mut all = 0;
+            $(let n = held::<crate::algorithms::$module::$ty>()
+                + held::<Penalized<crate::algorithms::$module::$ty>>();
+            all += n;
+            add(concat_cstr!($name, "_keys"), n);)*
+            $(let n = held::<crate::algorithms::$omodule::$oty>();
+            all += n;
+            add(concat_cstr!($oname, "_keys"), n);)*
+            add(c"keys", all);
+        }
+    };
+}
+crate::registry!(key_counts);
+
+pub static CL_THROTTLE: Counter = Counter::new(fields!("cl_throttle"), false, false);
+pub static ALL: Counter = Counter::new(fields!("all"), true, false);
+pub static ACQUIRE: Counter = Counter::new(fields!("acquire"), false, false);
 
 /// The fields of the module's section of `INFO` (see `super::ffi::info`).
 pub fn info_fields(add: &mut dyn FnMut(&'static CStr, u64)) {
@@ -118,10 +174,14 @@ pub fn info_fields(add: &mut dyn FnMut(&'static CStr, u64)) {
     add(c"top_keys_tracked", top_tracked);
     add(c"top_denials_counted", top_counted);
     for counter in every() {
-        // A command that cannot be given SHADOW has no such line.
-        let lines = if counter.shadowable { 3 } else { 2 };
-        for (field, value) in counter.fields.iter().zip(&counter.counts).take(lines) {
-            add(field, value.load(Relaxed));
+        // A command that cannot be given SHADOW, or PENALTY, has no such line.
+        let lines = [true, true, counter.shadowable, counter.penalizable];
+        for ((field, value), shown) in counter.fields.iter().zip(&counter.counts).zip(lines) {
+            if shown {
+                add(field, value.load(Relaxed));
+            }
         }
     }
+    key_counts(add);
+    add(c"memory_bytes", allocated_bytes() as u64);
 }

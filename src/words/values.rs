@@ -11,34 +11,216 @@ pub const MAX_AMOUNT: u64 = (1 << 53) - 1;
 /// The longest window or period (366 days), which states are held to too.
 pub use crate::encoding::MAX_DURATION_MS;
 
-/// A whole number from 1 to 2^53-1: limits, capacities, costs.
+/// A whole number from 1 to 2^53-1: limits, capacities, costs. Written in
+/// any decimal form whose value is whole ([`whole_number`]): `1000`,
+/// `1000.0`, `1e3`.
 pub fn amount(arg: &[u8], name: &str) -> Result<u64, CommandError> {
     let err = || CommandError::must_be(name, "an integer from 1 to 9007199254740991");
-    if arg.is_empty() || arg.len() > 16 || !arg.iter().all(u8::is_ascii_digit) {
-        return Err(err());
+    // The plain form, read in place: a limit is parsed on every check.
+    if !arg.is_empty() && arg.len() <= 16 && arg.iter().all(u8::is_ascii_digit) {
+        let value = arg
+            .iter()
+            .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'));
+        return if (1..=MAX_AMOUNT).contains(&value) {
+            Ok(value)
+        } else {
+            Err(err())
+        };
     }
-    let value = arg
-        .iter()
-        .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'));
-    if (1..=MAX_AMOUNT).contains(&value) {
-        Ok(value)
-    } else {
-        Err(err())
+    match whole_number(arg) {
+        Ok(Some(value)) if (1..=MAX_AMOUNT as i64).contains(&value) => Ok(value as u64),
+        Err(NotANumber::NotFinite) => Err(not_finite(name, arg)),
+        _ => Err(err()),
     }
 }
 
 /// A whole number in `1..=max`, for small settings such as `PRECISION`.
 pub fn small_count(arg: &[u8], name: &str, max: u16) -> Result<u16, CommandError> {
     let err = || CommandError::must_be(name, &format!("an integer from 1 to {max}"));
-    let value = amount(arg, name).map_err(|_| err())?;
+    let value = match amount(arg, name) {
+        Ok(value) => value,
+        Err(e) if is_not_finite(arg) => return Err(e),
+        Err(_) => return Err(err()),
+    };
     match u16::try_from(value) {
         Ok(v) if v <= max => Ok(v),
         _ => Err(err()),
     }
 }
 
+/// A whole number in `min..=max` in any decimal form ([`whole_number`]);
+/// refused as `ERR <name> must be <accepted>`, or as not finite.
+pub fn whole_in(
+    arg: &[u8],
+    name: &str,
+    range: std::ops::RangeInclusive<i64>,
+    accepted: &str,
+) -> Result<i64, CommandError> {
+    match whole_number(arg) {
+        Ok(Some(value)) if range.contains(&value) => Ok(value),
+        Err(NotANumber::NotFinite) => Err(not_finite(name, arg)),
+        _ => Err(CommandError::must_be(name, accepted)),
+    }
+}
+
+/// Why a word is not a number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotANumber {
+    /// Not a decimal number at all (`abc`, `1.2.3`, `0x10`, ` 1`).
+    Malformed,
+    /// `inf`, `infinity` or `nan` (any case, any sign), or a decimal too
+    /// large for a double (`1e400`).
+    NotFinite,
+}
+
+/// The refusal of `inf`, `nan` and the like for parameter `name`.
+fn not_finite(name: &str, arg: &[u8]) -> CommandError {
+    CommandError::must_be(
+        name,
+        &format!("a finite number, not '{}'", crate::error::shown(arg)),
+    )
+}
+
+/// Whether `text` names a number that is not finite: `inf`, `infinity`,
+/// `nan`, with an optional sign, in any case.
+fn is_not_finite(text: &[u8]) -> bool {
+    let unsigned = match text {
+        [b'+' | b'-', rest @ ..] => rest,
+        _ => text,
+    };
+    [&b"inf"[..], b"infinity", b"nan"]
+        .iter()
+        .any(|word| unsigned.eq_ignore_ascii_case(word))
+}
+
+/// A decimal number as written: `[+|-] digits [. digits] [(e|E) [+|-] digits]`,
+/// with at least one digit before the exponent (`1`, `1.`, `.5`, `1e3`,
+/// `1.1574074074074073e-05`, `+2E2`). These are the decimal forms Redis
+/// reads for a double (`INCRBYFLOAT`); like Redis, no space around it. Unlike
+/// `strtod`, no hexadecimal (`0x1p3`), and `inf`/`nan` are refused by name.
+struct Written<'a> {
+    negative: bool,
+    /// The digits before the point, then those after it.
+    integer: &'a [u8],
+    fraction: &'a [u8],
+    /// The exponent, saturated far beyond any double's.
+    exponent: i64,
+}
+
+fn written(text: &[u8]) -> Result<Written<'_>, NotANumber> {
+    if is_not_finite(text) {
+        return Err(NotANumber::NotFinite);
+    }
+    let (negative, rest) = match text {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        _ => (false, text),
+    };
+    let digits = |t: &[u8]| t.iter().take_while(|b| b.is_ascii_digit()).count();
+    let n = digits(rest);
+    let (integer, rest) = rest.split_at(n);
+    let (fraction, rest) = match rest {
+        [b'.', after @ ..] => {
+            let n = digits(after);
+            after.split_at(n)
+        }
+        _ => (&b""[..], rest),
+    };
+    if integer.is_empty() && fraction.is_empty() {
+        return Err(NotANumber::Malformed);
+    }
+    let exponent = match rest {
+        [] => 0,
+        [b'e' | b'E', after @ ..] => {
+            let (negative, digits) = match after {
+                [b'-', d @ ..] => (true, d),
+                [b'+', d @ ..] => (false, d),
+                _ => (false, after),
+            };
+            if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+                return Err(NotANumber::Malformed);
+            }
+            let magnitude = digits.iter().fold(0i64, |acc, d| {
+                (acc * 10 + i64::from(d - b'0')).min(1_000_000_000)
+            });
+            if negative {
+                -magnitude
+            } else {
+                magnitude
+            }
+        }
+        _ => return Err(NotANumber::Malformed),
+    };
+    Ok(Written {
+        negative,
+        integer,
+        fraction,
+        exponent,
+    })
+}
+
+/// A number in any decimal form [`Written`] takes, as the nearest double,
+/// if finite. Plain decimals take the fast path of [`decimal`].
+pub fn number(text: &[u8]) -> Result<f64, NotANumber> {
+    if let Some(value) = decimal(text) {
+        return Ok(value);
+    }
+    written(text)?;
+    let value: f64 = std::str::from_utf8(text)
+        .map_err(|_| NotANumber::Malformed)?
+        .parse()
+        .map_err(|_| NotANumber::Malformed)?;
+    if value.is_finite() {
+        Ok(value)
+    } else {
+        Err(NotANumber::NotFinite)
+    }
+}
+
+/// A whole number in any decimal form [`Written`] takes (`5`, `-5`, `5.0`,
+/// `5e0`, `0.5e1`, `1E3`), exactly: `Some` when its value is a whole number
+/// in the range of `i64`, `None` when it has a fraction (`1.5`,
+/// `9007199254740991.4`) or is out of that range. Read digit by digit, not
+/// through a double, so no fraction is rounded away.
+pub fn whole_number(text: &[u8]) -> Result<Option<i64>, NotANumber> {
+    let w = written(text)?;
+    // The digits, and where the point falls among them after the exponent.
+    let digits = || w.integer.iter().chain(w.fraction);
+    let count = (w.integer.len() + w.fraction.len()) as i64;
+    let point = w.integer.len() as i64 + w.exponent;
+    // Everything after the point must be zeros.
+    if digits()
+        .skip(point.clamp(0, count) as usize)
+        .any(|&d| d != b'0')
+    {
+        return Ok(None);
+    }
+    let mut value: i64 = 0;
+    for &d in digits().take(point.clamp(0, count) as usize) {
+        let Some(v) = value
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(i64::from(d - b'0')))
+        else {
+            return Ok(None);
+        };
+        value = v;
+    }
+    // Zeros the exponent adds after the last digit.
+    for _ in count..point.max(count) {
+        if value == 0 {
+            break;
+        }
+        let Some(v) = value.checked_mul(10) else {
+            return Ok(None);
+        };
+        value = v;
+    }
+    Ok(Some(if w.negative { -value } else { value }))
+}
+
 /// A plain decimal: digits with at most one decimal point (`1000`, `0.5`,
-/// `.25`). No sign, exponent, `inf` or `nan`: what a person would write.
+/// `.25`): the form people write, read by a fast path; [`number`] reads the
+/// others (signs, exponents).
 ///
 /// One pass reads and checks it, and the rates people write (`10`, `0.5`,
 /// `1000.25`) take the fast path: when the digits, point removed, form an
@@ -97,19 +279,22 @@ pub fn is_rate(per_s: f64) -> bool {
     per_s.is_normal() && per_s > 0.0
 }
 
-/// A rate: a decimal that [`is_rate`] (per second).
+/// A rate: a number that [`is_rate`] (per second), in any decimal form
+/// ([`number`]).
 pub fn rate(arg: &[u8], name: &str) -> Result<f64, CommandError> {
-    match decimal(arg) {
-        Some(v) if is_rate(v) => Ok(v),
+    match number(arg) {
+        Ok(v) if is_rate(v) => Ok(v),
+        Err(NotANumber::NotFinite) => Err(not_finite(name, arg)),
         _ => Err(CommandError::must_be(
             name,
-            "a number greater than 0, such as 0.5 or 1000",
+            "a number greater than 0, such as 0.5, 1000 or 1e-5",
         )),
     }
 }
 
-/// A duration: a decimal with an optional unit `ms`, `s`, `m`, `h` or `d`
-/// (seconds when none), from 1 ms to 366 days, rounded to the nearest ms.
+/// A duration: a number in any decimal form ([`number`]) with an optional
+/// unit `ms`, `s`, `m`, `h` or `d` (seconds when none), from 1 ms to 366
+/// days, rounded to the nearest ms.
 pub fn duration_ms(arg: &[u8], name: &str) -> Result<u64, CommandError> {
     let err = || {
         CommandError::must_be(
@@ -132,8 +317,12 @@ pub fn duration_ms(arg: &[u8], name: &str) -> Result<u64, CommandError> {
         },
         [] => (arg, 1000.0),
     };
-    let ms = decimal(number).ok_or_else(err)? * unit_ms;
-    if ms < 1.0 || ms > MAX_DURATION_MS as f64 {
+    let ms = match self::number(number) {
+        Ok(value) => value * unit_ms,
+        Err(NotANumber::NotFinite) => return Err(not_finite(name, number)),
+        Err(NotANumber::Malformed) => return Err(err()),
+    };
+    if !(1.0..=MAX_DURATION_MS as f64).contains(&ms) {
         return Err(err());
     }
     Ok(ms.round() as u64)
@@ -159,10 +348,13 @@ mod tests {
             &b""[..],
             b"0",
             b"-1",
-            b"+1",
-            b"1.0",
-            b"1e3",
+            b"1.5",
+            b"1e-3",
             b" 1",
+            b"1 ",
+            b"0x10",
+            b"9.007199254740992e15",
+            b"9007199254740991.4",
             b"9007199254740992",
             b"99999999999999999999",
         ] {
@@ -173,23 +365,110 @@ mod tests {
             );
         }
     }
+    /// Issue 31: every decimal form a client's float formatting writes, as
+    /// Redis reads it for `INCRBYFLOAT`, is a number; whole ones are
+    /// amounts too.
     #[test]
-    fn rates_are_plain_positive_decimals() {
+    fn numbers_in_every_decimal_form_clients_write_are_read() {
+        let smallest = f64::MIN_POSITIVE;
+        for (text, value) in [
+            ("1e3", 1000.0),
+            ("1E2", 100.0),
+            ("1e-6", 1e-6),
+            ("1e+3", 1000.0),
+            ("+1000", 1000.0),
+            ("1.5e1", 15.0),
+            (".5e1", 5.0),
+            ("5.e-1", 0.5),
+            ("1.1574074074074073e-05", 1.0 / 86400.0),
+            ("2.2250738585072014e-308", smallest),
+            ("0.00001", 1e-5),
+            ("1000.0", 1000.0),
+        ] {
+            assert_eq!(number(text.as_bytes()), Ok(value), "{text}");
+            assert_eq!(rate(text.as_bytes(), "rate"), Ok(value), "{text}");
+        }
+        for (text, whole) in [
+            ("1e3", 1000),
+            ("1E2", 100),
+            ("1000.0", 1000),
+            ("1.5e1", 15),
+            ("+7", 7),
+            ("0.01e3", 10),
+            ("9.007199254740991e15", MAX_AMOUNT),
+            ("90071992547409910e-1", MAX_AMOUNT),
+        ] {
+            assert_eq!(amount(text.as_bytes(), "limit"), Ok(whole), "{text}");
+        }
+        assert_eq!(whole_number(b"-5e0"), Ok(Some(-5)));
+        assert_eq!(whole_number(b"0e999999999999"), Ok(Some(0)));
+        assert_eq!(whole_number(b"1e999999999999"), Ok(None));
+        assert_eq!(whole_number(b"1e-999999999999"), Ok(None));
+        assert_eq!(whole_number(b"9223372036854775807"), Ok(Some(i64::MAX)));
+        assert_eq!(whole_number(b"9223372036854775808"), Ok(None));
+        assert_eq!(
+            duration_ms(b"1e3ms", "window"),
+            Ok(1000),
+            "an exponent before a unit"
+        );
+        assert_eq!(duration_ms(b"1.5e1", "window"), Ok(15_000));
+        assert_eq!(duration_ms(b"6E1m", "window"), Ok(3_600_000));
+    }
+    /// Issue 31: `inf` and `nan` are refused saying why, for every kind of
+    /// number.
+    #[test]
+    fn inf_and_nan_are_refused_as_not_finite() {
+        for word in ["inf", "-inf", "+INF", "Infinity", "nan", "NaN", "-nan"] {
+            let w = word.as_bytes();
+            let not = format!("a finite number, not '{word}'");
+            assert_eq!(text(rate(w, "rate")), format!("ERR rate must be {not}"));
+            assert_eq!(text(amount(w, "limit")), format!("ERR limit must be {not}"));
+            assert_eq!(
+                text(duration_ms(w, "window")),
+                format!("ERR window must be {not}")
+            );
+            assert_eq!(
+                text(small_count(w, "PRECISION", 1000)),
+                format!("ERR PRECISION must be {not}")
+            );
+        }
+        // Too large for a double: not finite to a rate; to an amount, out of
+        // its range.
+        assert_eq!(
+            text(rate(b"1e400", "rate")),
+            "ERR rate must be a finite number, not '1e400'"
+        );
+        assert!(text(amount(b"1e400", "limit")).ends_with("from 1 to 9007199254740991"));
+        assert_eq!(
+            text(duration_ms(b"infs", "window")),
+            "ERR window must be a finite number, not 'inf'"
+        );
+    }
+    #[test]
+    fn rates_are_positive_decimals() {
         assert_eq!(rate(b"0.5", "rate"), Ok(0.5));
         assert_eq!(rate(b"1000", "rate"), Ok(1000.0));
         assert_eq!(rate(b".25", "rate"), Ok(0.25));
         for bad in [
             &b"0"[..],
             b"0.0",
+            b"0e5",
             b"-1",
-            b"nan",
-            b"inf",
-            b"infinity",
-            b"1e3",
+            b"-1e3",
+            b"1e-400",
             b"1.2.3",
             b".",
             b"",
+            b"e3",
+            b"1e",
+            b"1e+",
+            b"1e3.5",
+            b"1ee3",
+            b" 1e3",
+            b"1e3 ",
             b"0x10",
+            b"0x1p3",
+            b"1_000",
         ] {
             assert!(
                 text(rate(bad, "rate")).starts_with("ERR rate must be"),
@@ -198,6 +477,11 @@ mod tests {
         }
         let huge = vec![b'9'; 400];
         assert!(rate(&huge, "rate").is_err(), "overflow to infinity");
+        let subnormal = b"1.0996080332984074e-308";
+        assert!(
+            rate(subnormal, "rate").is_err(),
+            "subnormal, in exponent form"
+        );
         // Regression (issue 20): 1.0996e-308 a second, a subnormal float,
         // was a rate, and its key's expiry passed 2^53 ms.
         let subnormal = format!("0.{}10996080332984074", "0".repeat(307));
@@ -231,9 +515,8 @@ mod tests {
             b"ms",
             b"-1s",
             b"1 s",
-            b"nan",
-            b"infs",
-            b"1e3",
+            b"1e3x",
+            b"1e-4",
             b"",
         ] {
             assert!(

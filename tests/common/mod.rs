@@ -3,6 +3,8 @@
 //! `Drop` so a failing test leaves nothing behind.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod links;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -7,7 +7,9 @@ use super::super::key::Key;
 use super::super::types::{first_of, horizon, on_tag, StateVisitor, Stored};
 use crate::algorithms::Field;
 use crate::error::CommandError;
+use crate::parse::options::value_of;
 use crate::replay::EXPIRY_TIMES;
+use crate::words::values::whole_in;
 
 command! {
     /// `RL.SETSTATE key state [PXAT ms | KEEPTTL]`: sets `key` to an absolute
@@ -55,20 +57,37 @@ enum Expiry {
     Keep,
 }
 
+/// `[PXAT ms | KEEPTTL]`: each at most once, not both, `PXAT` with its
+/// time; what is wrong is named (a repeated or conflicting option is not an
+/// unknown one).
 fn expiry_option(words: &[&[u8]]) -> Result<Expiry, CommandError> {
-    match words {
-        [] => Ok(Expiry::Band),
-        [word] if word.eq_ignore_ascii_case(b"KEEPTTL") => Ok(Expiry::Keep),
-        [word, ms] if word.eq_ignore_ascii_case(b"PXAT") => std::str::from_utf8(ms)
-            .ok()
-            .and_then(|t| t.parse::<i64>().ok())
-            .filter(|ms| EXPIRY_TIMES.contains(ms))
-            .map(Expiry::At)
-            .ok_or_else(|| {
-                CommandError::must_be("PXAT", "a Unix time in milliseconds from 1 to 2^53")
-            }),
-        [word, ..] => Err(CommandError::unknown_option(word)),
+    let mut expiry: Option<(&str, Expiry)> = None;
+    let mut words = words.iter();
+    while let Some(word) = words.next() {
+        let (name, this) = if word.eq_ignore_ascii_case(b"KEEPTTL") {
+            ("KEEPTTL", Expiry::Keep)
+        } else if word.eq_ignore_ascii_case(b"PXAT") {
+            let ms = whole_in(
+                value_of(words.next(), "PXAT")?,
+                "PXAT",
+                *EXPIRY_TIMES.start()..=*EXPIRY_TIMES.end(),
+                "a Unix time in milliseconds from 1 to 2^53",
+            )?;
+            ("PXAT", Expiry::At(ms))
+        } else {
+            return Err(CommandError::unknown_option(word));
+        };
+        match expiry {
+            Some((given, _)) if given == name => return Err(CommandError::repeated_option(name)),
+            Some((given, _)) => {
+                return Err(CommandError::syntax(&format!(
+                    "{given} and {name} cannot be given together"
+                )))
+            }
+            None => expiry = Some((name, this)),
+        }
     }
+    Ok(expiry.map_or(Expiry::Band, |(_, e)| e))
 }
 
 /// Sets a key to the state `blob` encodes, of the type its tag names.

@@ -186,6 +186,7 @@ fn settle<A: Checked>(
     };
     if let Some(until_ms) = penalty_until {
         key.penalize::<A>(until_ms, run.now_ms)?;
+        A::counter().penalized();
     }
     let fresh_at_ms = [penalty_until, turn_ms]
         .into_iter()

@@ -97,6 +97,7 @@ pub fn apply<A: Checked>(
     };
     if let Some(until_ms) = penalty_until {
         key.penalize::<A>(until_ms, run.now_ms)?;
+        A::counter().penalized();
         after_ms = after_ms.max(until_ms);
     }
     if let Some(turn_ms) = turn_of(&decision, run.now_ms, block_ms) {

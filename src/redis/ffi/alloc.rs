@@ -8,12 +8,24 @@
 //! so no block is ever freed by the other allocator.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use redis_module::alloc::RedisAlloc;
 use redis_module::raw;
 
 #[derive(Default, Debug, Clone, Copy)]
 pub struct ModuleAlloc;
+
+/// Bytes the module has asked Redis's allocator for and not yet given back
+/// (`INFO ratelimit`'s `memory_bytes`): its states and their entries, the
+/// `RL.TOP` sketch, waiters. Sizes as asked for (the allocator may round
+/// each up); atomic, as values may be freed in Redis's background threads.
+static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
+
+/// See [`ALLOCATED`].
+pub fn allocated_bytes() -> usize {
+    ALLOCATED.load(Relaxed)
+}
 
 fn inside_redis() -> bool {
     // SAFETY: a plain read of a function pointer that is written once, by
@@ -27,7 +39,11 @@ unsafe impl GlobalAlloc for ModuleAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if inside_redis() {
             // SAFETY: forwarded with the caller's layout.
-            unsafe { RedisAlloc.alloc(layout) }
+            let ptr = unsafe { RedisAlloc.alloc(layout) };
+            if !ptr.is_null() {
+                ALLOCATED.fetch_add(layout.size(), Relaxed);
+            }
+            ptr
         } else {
             // SAFETY: as above.
             unsafe { System.alloc(layout) }
@@ -36,6 +52,7 @@ unsafe impl GlobalAlloc for ModuleAlloc {
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if inside_redis() {
+            ALLOCATED.fetch_sub(layout.size(), Relaxed);
             // SAFETY: `ptr` came from the same allocator (see above).
             unsafe { RedisAlloc.dealloc(ptr, layout) }
         } else {

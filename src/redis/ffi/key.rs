@@ -126,6 +126,7 @@ impl<'a> OpenKey<'a> {
             rm!(RedisModule_ModuleTypeSetValue)(self.ptr, *T::redis_type().raw_type.borrow(), boxed)
         };
         if status == raw::REDISMODULE_OK as c_int {
+            super::types::held_one_more::<T>();
             true
         } else {
             // SAFETY: Redis refused the value, so the box is still ours.

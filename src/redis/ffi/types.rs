@@ -7,6 +7,7 @@
 //! what replicas receive are the same bytes.
 
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,18 @@ pub const ENCODING_VERSION: i32 = 1;
 /// type names it. Implemented only by [`value_type!`].
 pub unsafe trait TypedValue: State + 'static {
     fn redis_type() -> &'static RedisType;
+
+    /// How many values of this type Redis holds now: each made for Redis
+    /// (stored by a command, loaded from an RDB file or a `RESTORE`,
+    /// copied) counts one up, each freed (deleted, expired, overwritten,
+    /// flushed, evicted, in a background thread too) one down. `INFO
+    /// ratelimit`'s key counts.
+    fn held() -> &'static AtomicU64;
+}
+
+/// One more value of `A` handed to Redis.
+pub fn held_one_more<A: TypedValue>() {
+    A::held().fetch_add(1, Relaxed);
 }
 
 /// Creates the Redis data type `ty` (at load time).
@@ -56,13 +69,17 @@ macro_rules! value_type {
                     );
                 &TYPE
             }
+            fn held() -> &'static std::sync::atomic::AtomicU64 {
+                static HELD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                &HELD
+            }
         }
     };
 }
 pub(crate) use value_type;
 
 /// The callbacks of the Redis type whose values are `A`s.
-pub const fn methods<A: State>() -> raw::RedisModuleTypeMethods {
+pub const fn methods<A: TypedValue>() -> raw::RedisModuleTypeMethods {
     raw::RedisModuleTypeMethods {
         version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
         rdb_load: Some(rdb_load::<A>),
@@ -156,7 +173,7 @@ pub fn horizon() -> Horizon {
 
 /// Reads a state back; any buffer that is not exactly one this module writes
 /// fails the load (null), logged (see [`REFUSALS`]), without a panic.
-unsafe extern "C" fn rdb_load<A: State>(
+unsafe extern "C" fn rdb_load<A: TypedValue>(
     rdb: *mut raw::RedisModuleIO,
     encver: c_int,
 ) -> *mut c_void {
@@ -190,7 +207,10 @@ unsafe extern "C" fn rdb_load<A: State>(
     // SAFETY: allocated by Redis for us, freed once, after its last use.
     unsafe { rm!(RedisModule_Free)(ptr.cast()) };
     match decoded {
-        Ok(state) => Box::into_raw(Box::new(state)).cast(),
+        Ok(state) => {
+            held_one_more::<A>();
+            Box::into_raw(Box::new(state)).cast()
+        }
         Err(e) => refuse(e.0),
     }
 }
@@ -283,21 +303,27 @@ unsafe extern "C" fn free_effort<A: State>(
     unsafe { state::<A>(value) }.map_or(1, |state| state.free_effort().max(1))
 }
 
-unsafe extern "C" fn free<A: State>(value: *mut c_void) {
+/// Frees a value: on the main thread, or in a background thread (lazy
+/// free), hence the atomic count.
+unsafe extern "C" fn free<A: TypedValue>(value: *mut c_void) {
     if !value.is_null() {
         // SAFETY: every value of this type was made by `Box::into_raw` of an `A`.
         drop(unsafe { Box::from_raw(value.cast::<A>()) });
+        A::held().fetch_sub(1, Relaxed);
     }
 }
 
-unsafe extern "C" fn copy<A: State>(
+unsafe extern "C" fn copy<A: TypedValue>(
     _from: *mut raw::RedisModuleString,
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
     // SAFETY: Redis passes a value of this type.
     match unsafe { state::<A>(value) } {
-        Some(state) => Box::into_raw(Box::new(state.clone())).cast(),
+        Some(state) => {
+            held_one_more::<A>();
+            Box::into_raw(Box::new(state.clone())).cast()
+        }
         None => std::ptr::null_mut(),
     }
 }
