@@ -183,6 +183,18 @@ pub fn number(text: &[u8]) -> Result<f64, NotANumber> {
 /// `9007199254740991.4`) or is out of that range. Read digit by digit, not
 /// through a double, so no fraction is rounded away.
 pub fn whole_number(text: &[u8]) -> Result<Option<i64>, NotANumber> {
+    // The plain form (`12`, `-3`), read in place: GCRA's burst and
+    // `CL.THROTTLE`'s numbers are parsed on every check.
+    let (negative, digits) = match text {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, text),
+    };
+    if !digits.is_empty() && digits.len() <= 18 && digits.iter().all(u8::is_ascii_digit) {
+        let value = digits
+            .iter()
+            .fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0'));
+        return Ok(Some(if negative { -value } else { value }));
+    }
     let w = written(text)?;
     // The digits, and where the point falls among them after the exponent.
     let digits = || w.integer.iter().chain(w.fraction);
