@@ -22,8 +22,6 @@
 //! a single word (`PEEK`). A *token* is the word before an option's value
 //! (`COST` in `COST 10`).
 
-use redis_module::raw;
-
 /// The module version that first shipped a command. Fixed per command, unlike
 /// the crate version: a command added later says the version it came in.
 pub const FIRST_RELEASE: &str = "0.1.0";
@@ -139,10 +137,11 @@ impl Arg {
     }
 }
 
-// Key-spec flags: what a command does to its key's value.
-pub const RO: u32 = raw::REDISMODULE_CMD_KEY_RO;
-pub const RW: u32 = raw::REDISMODULE_CMD_KEY_RW;
-pub const OW: u32 = raw::REDISMODULE_CMD_KEY_OW;
-pub const ACCESS: u32 = raw::REDISMODULE_CMD_KEY_ACCESS;
-pub const UPDATE: u32 = raw::REDISMODULE_CMD_KEY_UPDATE;
-pub const DELETE: u32 = raw::REDISMODULE_CMD_KEY_DELETE;
+// Key-spec flags: what a command does to its key's value (bits of this
+// table's own; the FFI layer gives Redis its values for them).
+pub const RO: u32 = 1;
+pub const RW: u32 = 1 << 1;
+pub const OW: u32 = 1 << 2;
+pub const ACCESS: u32 = 1 << 3;
+pub const UPDATE: u32 = 1 << 4;
+pub const DELETE: u32 = 1 << 5;

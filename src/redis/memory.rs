@@ -10,9 +10,6 @@
 //! this command's own handles add on top is evicted before the next one.
 
 use std::cell::Cell;
-use std::ffi::c_int;
-
-use redis_module::raw;
 
 use super::ffi::{config_get, db_size, info_keyspace, on_config_change, Ctx};
 
@@ -56,7 +53,7 @@ fn policy(ctx: Ctx<'_>) -> Policy {
 
 /// Whether a write that needs memory must be refused now.
 pub fn refuses_growth(ctx: Ctx<'_>) -> bool {
-    if ctx.flags() & raw::REDISMODULE_CTX_FLAGS_OOM as c_int == 0 {
+    if !ctx.out_of_memory() {
         return false;
     }
     match policy(ctx) {

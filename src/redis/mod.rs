@@ -17,7 +17,7 @@ pub mod stats;
 pub mod types;
 pub mod waiters;
 
-use redis_module::{raw, Context, RedisString, Status};
+use redis_module::{Context, RedisString, Status};
 
 use ffi::{missing_apis, Ctx};
 
@@ -36,10 +36,7 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     let loading = Ctx::loading(ctx);
-    loading.set_module_options(
-        raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED
-            | raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS,
-    );
+    loading.signal_explicitly_and_handle_io_errors();
     replicate::init();
     if !waiters::init(loading) {
         ctx.log_warning("ratelimit: cannot subscribe to the server's flush and swap events");

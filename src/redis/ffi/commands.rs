@@ -171,7 +171,7 @@ fn c_key_spec(keys: &KeySpec) -> Option<raw::RedisModuleCommandKeySpec> {
     };
     Some(raw::RedisModuleCommandKeySpec {
         notes: null(),
-        flags: u64::from(keys.flags),
+        flags: key_spec_flags(keys.flags),
         begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
         bs: BeginSearch {
             index: Index { pos: begin_at },
@@ -260,4 +260,20 @@ fn c_arg_end() -> raw::RedisModuleCommandArg {
         subargs: null_mut(),
         display_text: null(),
     }
+}
+
+/// Redis's key-spec flags for the table's own ([`crate::redis::command_info`]).
+fn key_spec_flags(flags: u32) -> u64 {
+    use crate::redis::command_info::{ACCESS, DELETE, OW, RO, RW, UPDATE};
+    [
+        (RO, raw::REDISMODULE_CMD_KEY_RO),
+        (RW, raw::REDISMODULE_CMD_KEY_RW),
+        (OW, raw::REDISMODULE_CMD_KEY_OW),
+        (ACCESS, raw::REDISMODULE_CMD_KEY_ACCESS),
+        (UPDATE, raw::REDISMODULE_CMD_KEY_UPDATE),
+        (DELETE, raw::REDISMODULE_CMD_KEY_DELETE),
+    ]
+    .iter()
+    .filter(|(ours, _)| flags & ours != 0)
+    .fold(0, |all, (_, theirs)| all | u64::from(*theirs))
 }

@@ -88,10 +88,19 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// `REDISMODULE_OPTION*` of the module (at load time).
-    pub fn set_module_options(self, options: u32) {
+    /// At load time: the module signals the keys it modifies itself (so a
+    /// peek or a denial does not disturb `WATCH`), and handles RDB read
+    /// errors itself.
+    pub fn signal_explicitly_and_handle_io_errors(self) {
+        let options = raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED
+            | raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS;
         // SAFETY: `ptr` is the loading context.
         unsafe { rm!(RedisModule_SetModuleOptions)(self.ptr, options as c_int) };
+    }
+
+    /// Whether Redis says it is out of memory (over `maxmemory`) now.
+    pub fn out_of_memory(self) -> bool {
+        self.flags() & raw::REDISMODULE_CTX_FLAGS_OOM as c_int != 0
     }
 
     /// The raw pointer, for the API calls of this layer.
