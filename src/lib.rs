@@ -22,6 +22,7 @@ mod redis;
 pub mod redis_cell;
 pub mod replay;
 pub mod top;
+pub mod wait;
 pub mod words;
 
 #[cfg(not(test))]

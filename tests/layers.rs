@@ -65,6 +65,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("redis-cell's arguments and replies", &["redis_cell.rs"]),
     ("replays", &["replay.rs"]),
+    (
+        "the waiting room of BLOCK: queues, deadlines, serving (plain Rust)",
+        &["wait/"],
+    ),
     ("grammar: options, RL.ALL, RL.TOP", &["parse/"]),
     ("the algorithms", &["algorithms/"]),
     ("words: values, syntax", &["words/"]),

@@ -554,19 +554,6 @@ fn every_state_the_primary_takes_its_replica_and_aof_hold_the_same() {
     assert!(keys.len() >= 20, "{keys:?}");
 }
 
-/// `lease_count` of `RL.INFO key`: the leases held, ended ones not dropped
-/// yet included.
-fn lease_count(con: &mut redis::Connection, key: &str) -> i64 {
-    let reply: Vec<redis::Value> = redis::cmd("RL.INFO").arg(key).query(con).unwrap();
-    let at = reply
-        .iter()
-        .position(|v| {
-            redis::from_redis_value::<String>(v.clone()).is_ok_and(|s| s == "lease_count")
-        })
-        .expect("lease_count");
-    redis::from_redis_value(reply[at + 1].clone()).unwrap()
-}
-
 /// The five integers of an `RL.ACQUIRE` reply (the id after them left out).
 fn acquire(con: &mut redis::Connection, words: &[&str]) -> Vec<i64> {
     let reply: Vec<redis::Value> = redis::cmd(words[0]).arg(&words[1..]).query(con).unwrap();
@@ -616,25 +603,34 @@ fn ended_leases_go_a_bounded_number_a_write_and_count_for_nothing_meanwhile() {
         .arg(&hour_later)
         .query::<()>(&mut p)
         .unwrap();
-    let mut held = (ended + 2) as i64;
-    assert_eq!(lease_count(&mut p, "many"), held);
+    let mut held = (ended + 2) as u64;
+    let stored = |con: &mut redis::Connection, params: LeaseParams| {
+        stored_leases(con, "many", params.limit, params.lease_ms)
+    };
+    assert_eq!(stored(&mut p, long), held);
 
     // A denial, with every ended lease still held: the two live leases
     // fill a limit of 2; the wait is for the first of them.
     let denied = acquire(&mut p, &["RL.ACQUIRE", "many", "2", "1h", "ID", "x"]);
     assert_eq!(denied[..3], [0, 2, 0]);
     assert!((3_590_000..=3_600_000).contains(&denied[3]), "{denied:?}");
-    assert_eq!(lease_count(&mut p, "many"), held, "a denial writes nothing");
+    assert_eq!(stored(&mut p, long), held, "a denial writes nothing");
 
     let mut writes = 0;
     while held > 3 {
         let reply = acquire(&mut p, &["RL.ACQUIRE", "many", "5", "1h", "ID", "new"]);
         assert_eq!(reply[..3], [1, 5, 2], "exact while ended leases wait");
         writes += 1;
-        let now_held = lease_count(&mut p, "many");
-        let dropped = held + i64::from(writes == 1) - now_held;
+        let now_held = stored(
+            &mut p,
+            LeaseParams {
+                limit: 5,
+                lease_ms: 3_600_000,
+            },
+        );
+        let dropped = held + u64::from(writes == 1) - now_held;
         assert!(
-            (1..=MAX_SWEPT as i64).contains(&dropped),
+            (1..=MAX_SWEPT as u64).contains(&dropped),
             "write {writes} dropped {dropped}"
         );
         held = now_held;

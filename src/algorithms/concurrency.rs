@@ -111,6 +111,22 @@ impl Book {
         (first, last)
     }
 
+    /// The leases live at `now_ms` (all but those that ended), earliest end
+    /// first, without walking the ended ones.
+    fn live(&self, now_ms: i64) -> Box<dyn Iterator<Item = (i64, &[u8])> + '_> {
+        match self {
+            Book::Few(leases) => Box::new(
+                leases
+                    .iter()
+                    .filter(move |(end, _)| *end > now_ms)
+                    .map(|(end, id)| (*end, &**id)),
+            ),
+            Book::Many { by_end, .. } => {
+                Box::new(by_end.live_at(now_ms).map(|(end, id)| (*end, &**id)))
+            }
+        }
+    }
+
     /// Leases live at `now_ms`: all but those that ended.
     fn live_count(&self, now_ms: i64) -> u64 {
         let ended = match self {
@@ -302,23 +318,28 @@ impl Leases {
 }
 
 impl State for Leases {
-    /// The leases as `[id, ends_ms]` pairs, earliest end first: linear in
-    /// the leases held, so `RL.INFO` of a key holding many is as long.
-    /// The leases held (`lease_count`, ended ones not yet dropped
-    /// included), and the first [`INFO_LEASES`] of them, earliest end
-    /// first: `RL.INFO` is for a person, and listing 100,000 leases would
-    /// hold the server for some 40 ms.
-    fn describe(&self) -> Vec<(&'static str, Field)> {
+    /// The leases live at `now_ms` (`lease_count`), and the first
+    /// [`INFO_LEASES`] of them as `[id, ends_ms]` pairs, earliest end first.
+    /// Ended leases the bounded sweep has not dropped yet are not shown: they
+    /// count for nothing, as in every decision. Counting and finding the
+    /// first live lease search the index, so this costs the same however
+    /// many ended (`RL.INFO` is for a person, and listing 100,000 leases
+    /// would hold the server for some 40 ms).
+    fn describe(&self, now_ms: i64) -> Vec<(&'static str, Field)> {
+        let now_ms = now_ms.max(self.updated_ms);
         let leases = self
             .book
-            .iter()
+            .live(now_ms)
             .take(INFO_LEASES)
             .map(|(end, id)| Field::List(vec![Field::Text(id.to_vec()), Field::Int(end)]))
             .collect();
         vec![
             ("limit", Field::Int(self.params.limit as i64)),
             ("lease_ms", Field::Int(self.params.lease_ms as i64)),
-            ("lease_count", Field::Int(self.book.len() as i64)),
+            (
+                "lease_count",
+                Field::Int(self.book.live_count(now_ms) as i64),
+            ),
             ("leases", Field::List(leases)),
             ("updated_ms", Field::Int(self.updated_ms)),
         ]
@@ -421,7 +442,7 @@ mod tests {
         for i in 0..150 {
             leases.acquire(p, T0 + i, format!("id-{i}").as_bytes());
         }
-        let fields = leases.describe();
+        let fields = leases.describe(T0);
         let field = |name: &str| {
             fields
                 .iter()
@@ -612,6 +633,41 @@ mod tests {
         assert!(s.acquire(p, later + 2, b"new-1").1);
         assert_eq!(s.len(), 1, "the rest dropped");
         assert_eq!(summary(s.peek(later + 2)), (true, 9_999, 0, 1000));
+    }
+
+    /// Issue 28, item 4: `RL.INFO` counted and listed the ended leases the
+    /// sweep had not dropped yet (745 and 744 ended ids, after 1,000 leases
+    /// had ended and one write). It shows what every decision sees: the
+    /// live leases, in the vector and in the index, before any write.
+    #[test]
+    fn info_shows_live_leases_only_whether_or_not_ended_ones_were_dropped() {
+        for (ended, live) in [(10, 3), (1000, 1), (3000, 150)] {
+            let (short, long) = (params(100_000, 100), params(100_000, 1000));
+            let mut s = Leases::new(short, T0);
+            for i in 0..ended {
+                assert!(s.acquire(short, T0, format!("old-{i:04}").as_bytes()).1);
+            }
+            for i in 0..live {
+                assert!(s.acquire(long, T0, format!("new-{i:04}").as_bytes()).1);
+            }
+            let later = T0 + 200;
+            assert_eq!(s.len(), ended + live, "nothing dropped yet");
+            let fields = s.describe(later);
+            let field = |name: &str| fields.iter().find(|(n, _)| *n == name).map(|(_, f)| f);
+            assert_eq!(field("lease_count"), Some(&Field::Int(live as i64)));
+            let Some(Field::List(listed)) = field("leases") else {
+                panic!("no leases field: {fields:?}");
+            };
+            let expected: Vec<Field> = (0..live.min(INFO_LEASES))
+                .map(|i| {
+                    Field::List(vec![
+                        Field::Text(format!("new-{i:04}").into_bytes()),
+                        Field::Int(T0 + 1000),
+                    ])
+                })
+                .collect();
+            assert_eq!(listed, &expected, "{ended} ended, {live} live");
+        }
     }
 
     #[test]

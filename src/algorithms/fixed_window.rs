@@ -152,7 +152,7 @@ impl Algorithm for FixedWindow {
 }
 
 impl State for FixedWindow {
-    fn describe(&self) -> Vec<(&'static str, Field)> {
+    fn describe(&self, _now_ms: i64) -> Vec<(&'static str, Field)> {
         vec![
             ("limit", Field::Int(self.params.limit as i64)),
             ("window_ms", Field::Int(self.params.window_ms as i64)),

@@ -197,7 +197,7 @@ impl Algorithm for Gcra {
 }
 
 impl State for Gcra {
-    fn describe(&self) -> Vec<(&'static str, Field)> {
+    fn describe(&self, _now_ms: i64) -> Vec<(&'static str, Field)> {
         vec![
             ("burst", Field::Int(self.params.burst as i64)),
             ("count", Field::Int(self.params.count as i64)),

@@ -176,6 +176,25 @@ impl LeaseEnds {
         ended
     }
 
+    /// The leases that have not ended at `now_ms`, earliest end first: the
+    /// ended ones (always the first) are skipped by a search of the blocks,
+    /// not a walk, so taking a few costs O(log n) however many ended.
+    pub fn live_at(&self, now_ms: i64) -> impl Iterator<Item = &(i64, Id)> + '_ {
+        let b = self
+            .blocks
+            .partition_point(|block| block.last_end <= now_ms);
+        let (first, rest) = match self.blocks.get(b..) {
+            Some([first, rest @ ..]) => {
+                let at = first.leases.partition_point(|(end, _)| *end <= now_ms);
+                (first.leases.get(at..).unwrap_or(&[]), rest)
+            }
+            _ => (&[][..], &[][..]),
+        };
+        first
+            .iter()
+            .chain(rest.iter().flat_map(|block| &block.leases))
+    }
+
     /// The end of the first lease that has not ended at `now_ms`.
     pub fn first_after(&self, now_ms: i64) -> Option<i64> {
         let block = self.blocks.iter().find(|block| block.last_end > now_ms)?;
@@ -308,6 +327,10 @@ mod tests {
             assert_eq!(ends.ended_by(now), ended, "step {step}");
             let first = model.iter().map(|l| l.0).find(|end| *end > now);
             assert_eq!(ends.first_after(now), first);
+            assert!(ends
+                .live_at(now)
+                .take(3)
+                .eq(model.iter().filter(|(end, _)| *end > now).take(3)));
             assert_eq!(ends.iter().next_back(), model.last());
             assert!(ends.blocks.iter().all(|b| {
                 !b.leases.is_empty()
@@ -316,6 +339,9 @@ mod tests {
             }));
             if step % 1000 == 0 {
                 assert!(ends.iter().eq(model.iter()));
+                assert!(ends
+                    .live_at(now)
+                    .eq(model.iter().filter(|(end, _)| *end > now)));
             }
             most_blocks = most_blocks.max(ends.blocks.len());
         }

@@ -150,8 +150,9 @@ pub trait State: Registered + Clone + Sized {
     }
 
     /// The parameters as last used, then the state as stored, as named
-    /// fields (units in the names).
-    fn describe(&self) -> Vec<(&'static str, Field)>;
+    /// fields (units in the names), as seen at `now_ms`: what has ended by
+    /// then (a lease) is not shown, dropped from the state or not.
+    fn describe(&self, now_ms: i64) -> Vec<(&'static str, Field)>;
 
     /// Append the encoding of the state, after its tag, to `out`.
     fn encode_body(&self, out: &mut Vec<u8>);

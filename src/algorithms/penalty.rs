@@ -87,8 +87,8 @@ impl<A: Penalizable> State for Penalized<A> {
         self.state.free_effort()
     }
 
-    fn describe(&self) -> Vec<(&'static str, Field)> {
-        let mut fields = self.state.describe();
+    fn describe(&self, now_ms: i64) -> Vec<(&'static str, Field)> {
+        let mut fields = self.state.describe(now_ms);
         fields.push(("penalty_until_ms", Field::Int(self.until_ms)));
         fields
     }

@@ -315,7 +315,7 @@ impl Algorithm for SlidingCounter {
 }
 
 impl State for SlidingCounter {
-    fn describe(&self) -> Vec<(&'static str, Field)> {
+    fn describe(&self, _now_ms: i64) -> Vec<(&'static str, Field)> {
         let newest = self.bucket_of(self.updated_ms);
         let counts = (newest - self.n()..=newest)
             .map(|bucket| Field::Int(i64::try_from(self.count(bucket)).unwrap_or(i64::MAX)))

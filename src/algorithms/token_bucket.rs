@@ -203,7 +203,7 @@ impl Algorithm for TokenBucket {
 }
 
 impl State for TokenBucket {
-    fn describe(&self) -> Vec<(&'static str, Field)> {
+    fn describe(&self, _now_ms: i64) -> Vec<(&'static str, Field)> {
         vec![
             ("capacity", Field::Int(self.params.capacity as i64)),
             ("rate_per_s", Field::Float(self.params.rate_per_s)),

@@ -25,11 +25,15 @@ impl Outcome {
     }
 
     /// The same answer, denied: what a request gets when it did not take,
-    /// because others wait before it or its wait ran out. `retry_after_ms`
-    /// is at least `at_least_ms` (or -1 when it can never pass).
+    /// because others wait before it, writes are paused, or its wait ran
+    /// out. `retry_after_ms` is at least `at_least_ms` (or -1 when it can
+    /// never pass). Where the limit itself would have allowed it, nothing
+    /// remains for this request: `remaining` is 0 (a denial never says that
+    /// what it asked for is there).
     pub fn denied(self, at_least_ms: i64) -> Outcome {
         let deny = |d: Decision| Decision {
             allowed: false,
+            remaining: if d.allowed { 0 } else { d.remaining },
             retry_after_ms: if d.retry_after_ms < 0 {
                 -1
             } else {

@@ -9,7 +9,7 @@ use super::engine::all::all;
 use super::engine::check::{apply, apply_tier};
 use super::engine::leases::{acquire, peek};
 use super::engine::penalty_of;
-use super::ffi::{random_hex, KeyName, Status};
+use super::ffi::{random_hex, Ctx, KeyName, Status};
 use super::outcome::Outcome;
 use super::replicate::Run;
 use super::sketch;
@@ -140,6 +140,7 @@ impl Request {
                 options.cost,
                 mode,
                 penalty_of(options),
+                options.block_ms,
             )?),
             Request::Throttle(throttle) => Outcome::Throttle(apply::<Gcra>(
                 run,
@@ -147,6 +148,7 @@ impl Request {
                 throttle.params,
                 throttle.cost,
                 mode,
+                None,
                 None,
             )?),
             Request::Acquire { args, id, .. } => match mode {
@@ -193,23 +195,29 @@ const DRAWN_ID_LEN: usize = 32;
 /// (not for `RL.TOP`: nothing was denied), and answered allowed (see
 /// [`Outcome::shadowed`]).
 pub fn answer(run: &Run<'_>, request: &Request, keys: &[KeyName<'_>], outcome: &Outcome) -> Status {
+    tally(run.ctx, request, keys, outcome);
+    if request.shadow() {
+        outcome.clone().shadowed().reply(run.ctx)
+    } else {
+        outcome.reply(run.ctx)
+    }
+}
+
+/// Counts a decided request and announces its denial, as [`answer`] does,
+/// for an answer replied later (a waiter's).
+pub fn tally(ctx: Ctx<'_>, request: &Request, keys: &[KeyName<'_>], outcome: &Outcome) {
     let shadow = request.shadow();
     if request.mode() == Mode::Take {
         let allowed = outcome.decision().allowed;
         request.counter().count(allowed, shadow);
         if !allowed {
             for key in outcome.denying(keys) {
-                on_denied(run.ctx, key, shadow);
+                on_denied(ctx, key, shadow);
                 if !shadow {
                     sketch::denied(key);
                 }
             }
         }
-    }
-    if shadow {
-        outcome.clone().shadowed().reply(run.ctx)
-    } else {
-        outcome.reply(run.ctx)
     }
 }
 

@@ -344,6 +344,28 @@ pub fn dump(con: &mut impl ConnectionLike, key: &str) -> Option<Vec<u8>> {
     redis::cmd("DUMP").arg(key).query(con).unwrap()
 }
 
+/// How many leases a concurrency key stores, ended ones not dropped yet
+/// included, read from its `DUMP` (`RL.INFO` shows the live ones only): the
+/// state's body is `limit`, `lease_ms`, `updated_ms`, then the count, each
+/// 8 bytes little-endian, found after the parameters the key last took
+/// (in a `DUMP` made with `rdbcompression` off for the moment).
+pub fn stored_leases(con: &mut impl ConnectionLike, key: &str, limit: u64, lease_ms: u64) -> u64 {
+    let compression: Vec<String> = redis::cmd("CONFIG")
+        .arg(&["GET", "rdbcompression"])
+        .query(con)
+        .unwrap();
+    run(con, &["CONFIG", "SET", "rdbcompression", "no"]).unwrap();
+    let dumped = dump(con, key).expect("the key exists");
+    run(con, &["CONFIG", "SET", "rdbcompression", &compression[1]]).unwrap();
+    let params: Vec<u8> = [limit.to_le_bytes(), lease_ms.to_le_bytes()].concat();
+    let at = dumped
+        .windows(params.len())
+        .position(|w| w == params)
+        .expect("the key's parameters in its DUMP");
+    let count = &dumped[at + params.len() + 8..][..8];
+    u64::from_le_bytes(count.try_into().unwrap())
+}
+
 pub fn pttl(con: &mut impl ConnectionLike, key: &str) -> i64 {
     redis::cmd("PTTL").arg(key).query(con).unwrap()
 }

@@ -145,7 +145,7 @@ impl StateVisitor for Describe<'_, '_> {
         let state = self.key.get::<A>()?;
         let now = state.peek(self.now_ms);
         let mut fields = vec![("algorithm", Field::Text(A::NAME.as_bytes().to_vec()))];
-        fields.extend(state.describe());
+        fields.extend(state.describe(self.now_ms));
         fields.push(("remaining", Field::Int(now.remaining as i64)));
         fields.push(("reset_after_ms", Field::Int(now.reset_after_ms)));
         Some(fields)

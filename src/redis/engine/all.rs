@@ -7,7 +7,7 @@ use super::super::ffi::KeyName;
 use super::super::key::Key;
 use super::super::replicate::Run;
 use super::store::{out_of_memory, store, written};
-use super::{penalty_of, Checked};
+use super::{penalty_of, turn_of, Checked};
 use crate::algorithms::penalty;
 use crate::algorithms::{Decision, Mode};
 use crate::error::CommandError;
@@ -55,8 +55,12 @@ pub fn all<'a>(
         // Nothing was taken: a tier that would have allowed reports what
         // it holds now, as a peek does; a tier that denied on its own gets
         // the penalty, if one was asked; every key keeps its expiry in its
-        // band.
+        // band, and, when the request waits, until its turn (`turn_of`:
+        // when all its tiers allow), or until its state is new under the
+        // request's parameters, if sooner (past that a new key answers the
+        // same).
         let penalty_ms = penalty_of(&parsed.options);
+        let mut penalties = Vec::with_capacity(keys.len());
         for (((decision, planned), tier), &key_name) in decisions
             .iter_mut()
             .zip(&planned)
@@ -72,7 +76,16 @@ pub fn all<'a>(
             if let Some(until_ms) = until_ms {
                 *decision = penalty::denied_until(until_ms, run.now_ms, *decision);
             }
-            settle_tier(run, key_name, tier, until_ms)?;
+            penalties.push(until_ms);
+        }
+        let combined = Decision::all_of(&decisions);
+        let turn_ms = turn_of(&combined, run.now_ms, parsed.options.block_ms);
+        for (((tier, &key_name), until_ms), decision) in
+            parsed.tiers.iter().zip(keys).zip(penalties).zip(&decisions)
+        {
+            let new_at_ms = run.now_ms.saturating_add(decision.reset_after_ms);
+            let held_ms = turn_ms.map(|turn_ms| turn_ms.min(new_at_ms));
+            settle_tier(run, key_name, tier, until_ms, held_ms)?;
         }
     }
     Ok((Decision::all_of(&decisions), decisions))
@@ -100,16 +113,18 @@ macro_rules! plan_tier {
         }
 
         /// Gives a tier's key the penalty that starts, if one does, and
-        /// puts its expiry in its band, if it holds that tier's state.
+        /// puts its expiry in its band, if it holds that tier's state, kept
+        /// at least until `turn_ms` (a waiting request's turn).
         fn settle_tier(
             run: &Run<'_>,
             key_name: KeyName<'_>,
             tier: &Tier,
             penalty_until: Option<i64>,
+            turn_ms: Option<i64>,
         ) -> Result<(), CommandError> {
             match *tier {
                 $(Tier::$ty(_) => {
-                    settle::<crate::algorithms::$module::$ty>(run, key_name, penalty_until)
+                    settle::<crate::algorithms::$module::$ty>(run, key_name, penalty_until, turn_ms)
                 })*
             }
         }
@@ -163,6 +178,7 @@ fn settle<A: Checked>(
     run: &Run<'_>,
     key_name: KeyName<'_>,
     penalty_until: Option<i64>,
+    turn_ms: Option<i64>,
 ) -> Result<(), CommandError> {
     let mut key = Key::open(run.ctx, key_name, true);
     let Some(before_ms) = key.held::<A>()?.map(|held| held.fresh_at_ms()) else {
@@ -171,7 +187,10 @@ fn settle<A: Checked>(
     if let Some(until_ms) = penalty_until {
         key.penalize::<A>(until_ms, run.now_ms)?;
     }
-    let fresh_at_ms = before_ms.max(penalty_until.unwrap_or(before_ms));
+    let fresh_at_ms = [penalty_until, turn_ms]
+        .into_iter()
+        .flatten()
+        .fold(before_ms, i64::max);
     if key.settle_expiry(fresh_at_ms, run.expiry_slack_ms) || penalty_until.is_some() {
         written(run, key_name);
     }

@@ -5,7 +5,7 @@ use super::super::ffi::KeyName;
 use super::super::key::Key;
 use super::super::replicate::Run;
 use super::store::{out_of_memory, store, written};
-use super::Checked;
+use super::{turn_of, Checked};
 use crate::algorithms::penalty;
 use crate::algorithms::{Decision, Mode};
 use crate::error::CommandError;
@@ -24,10 +24,11 @@ macro_rules! apply_tier {
             cost: u64,
             mode: Mode,
             penalty_ms: Option<u64>,
+            block_ms: Option<u64>,
         ) -> Result<Decision, CommandError> {
             match *tier {
                 $(Tier::$ty(params) => {
-                    apply::<crate::algorithms::$module::$ty>(run, key_name, params, cost, mode, penalty_ms)
+                    apply::<crate::algorithms::$module::$ty>(run, key_name, params, cost, mode, penalty_ms, block_ms)
                 })*
             }
         }
@@ -45,7 +46,8 @@ crate::registry!(apply_tier);
 /// create a key or grow its state is refused with Redis's OOM error;
 /// everything else is decided (see [`out_of_memory`]), a penalty's start
 /// included (a few bytes, once per penalty: a denial is worth more than the
-/// OOM error).
+/// OOM error). A denial that will wait (`block_ms`) keeps the key until its
+/// turn (see [`turn_of`]).
 pub fn apply<A: Checked>(
     run: &Run<'_>,
     key_name: KeyName<'_>,
@@ -53,6 +55,7 @@ pub fn apply<A: Checked>(
     cost: u64,
     mode: Mode,
     penalty_ms: Option<u64>,
+    block_ms: Option<u64>,
 ) -> Result<Decision, CommandError> {
     let mut key = Key::open(run.ctx, key_name, mode == Mode::Take);
     let Some(held) = key.held::<A>()? else {
@@ -95,6 +98,9 @@ pub fn apply<A: Checked>(
     if let Some(until_ms) = penalty_until {
         key.penalize::<A>(until_ms, run.now_ms)?;
         after_ms = after_ms.max(until_ms);
+    }
+    if let Some(turn_ms) = turn_of(&decision, run.now_ms, block_ms) {
+        after_ms = after_ms.max(turn_ms);
     }
     if key.settle_expiry_moved(before_ms, after_ms, run.expiry_slack_ms)
         || changed

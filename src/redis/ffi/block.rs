@@ -1,9 +1,23 @@
 //! Clients blocked by the module (`BLOCK`) and the module's timers, behind
-//! safe functions: a blocked client is unblocked at most once, through its
-//! [`Blocked`] handle (or by the callbacks here, after a timeout or a
-//! disconnect); a timer's data is given back typed, to its callback or to
-//! whoever stops it.
+//! safe functions.
+//!
+//! Blocked clients: Redis's handle of each is owned here, in one room, from
+//! [`block`] until the one call of `RedisModule_UnblockClient` that ends it,
+//! whichever comes first: [`unblock`] (the module answers it), `CLIENT
+//! UNBLOCK` (the timeout callback: [`Waiting::unblocked`]), or the client
+//! going away, killed, or answered by the server itself (the disconnect
+//! callback: [`Waiting::disconnected`]). A callback for a handle no longer in
+//! the room is the second word on it and does nothing: Redis 7.0 calls the
+//! disconnect callback after the module unblocked a client when the client's
+//! own deadline passes in the same turn (FIELD-NOTES.md), and unblocking
+//! twice frees the handle twice. The module blocks with no deadline of
+//! Redis's: its waiters' deadlines are its own (`crate::wait`), so Redis's
+//! timeout path, which drops the reply of a client the module has just
+//! answered, is never taken. Waiters are named by the module's own ids, not
+//! by handle addresses, which Redis reuses once a handle is freed.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
 
@@ -21,61 +35,97 @@ pub trait Waiting: 'static {
     /// unblocked with none).
     fn reply(ctx: Ctx<'_>, reply: Option<&Self::Reply>) -> Status;
 
-    /// The client's wait ran out (or `CLIENT UNBLOCK`): reply to it now, in
-    /// `ctx`; it is unblocked after.
-    fn timed_out(ctx: Ctx<'_>, client: ClientId) -> Status;
+    /// `CLIENT UNBLOCK` ended waiter `id`'s wait: reply to it now, in `ctx`.
+    fn unblocked(ctx: Ctx<'_>, id: u64) -> Status;
 
-    /// The client went away (or was killed) while it waited; it is
-    /// unblocked after.
-    fn disconnected(ctx: Ctx<'_>, client: ClientId);
+    /// Waiter `id`'s client went away (or was killed, or was answered by the
+    /// server itself): nothing is replied.
+    fn disconnected(ctx: Ctx<'_>, id: u64);
 }
 
-/// Which blocked client (for lookups; it unblocks nothing).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub struct ClientId(usize);
-
-/// The handle of a client the module blocked, to unblock it once.
-pub struct Blocked {
-    ptr: *mut raw::RedisModuleBlockedClient,
+/// The handles of the clients blocked now, by waiter id and by address.
+#[derive(Default)]
+struct Room {
+    by_id: HashMap<u64, usize>,
+    by_handle: HashMap<usize, u64>,
 }
 
-impl Blocked {
-    pub fn id(&self) -> ClientId {
-        ClientId(self.ptr as usize)
-    }
+thread_local! {
+    /// Blocking, unblocking and every callback run on Redis's main thread.
+    static ROOM: RefCell<Room> = RefCell::new(Room::default());
 }
 
-/// Blocks the running command's client for at most `timeout_ms` (0: no
-/// limit), with `W`'s callbacks. `None` when Redis refuses (a client that
-/// cannot block).
-pub fn block<W: Waiting>(ctx: Ctx<'_>, timeout_ms: i64) -> Option<Blocked> {
+/// Takes the handle of waiter `id` out of the room, if it is there.
+fn take_by_id(id: u64) -> Option<*mut raw::RedisModuleBlockedClient> {
+    ROOM.with(|room| {
+        let mut room = room.borrow_mut();
+        let handle = room.by_id.remove(&id)?;
+        room.by_handle.remove(&handle);
+        Some(handle as *mut raw::RedisModuleBlockedClient)
+    })
+}
+
+/// Takes `handle` out of the room: its waiter's id, if it was there.
+fn take_by_handle(handle: *mut raw::RedisModuleBlockedClient) -> Option<u64> {
+    ROOM.with(|room| {
+        let mut room = room.borrow_mut();
+        let id = room.by_handle.remove(&(handle as usize))?;
+        room.by_id.remove(&id);
+        Some(id)
+    })
+}
+
+/// Whether the running command's client may block: not in `MULTI`, a
+/// script, a replicated or loaded command, or any client that must not.
+pub fn can_block(ctx: Ctx<'_>) -> bool {
+    let not = raw::REDISMODULE_CTX_FLAGS_MULTI
+        | raw::REDISMODULE_CTX_FLAGS_LUA
+        | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING
+        | raw::REDISMODULE_CTX_FLAGS_REPLICATED
+        | raw::REDISMODULE_CTX_FLAGS_LOADING;
+    ctx.flags() & not as c_int == 0
+}
+
+/// Blocks the running command's client as waiter `id` (unique: never given
+/// twice), with `W`'s callbacks and no deadline of Redis's. `false` when
+/// Redis refuses (a client that cannot block).
+pub fn block<W: Waiting>(ctx: Ctx<'_>, id: u64) -> bool {
     // SAFETY: `ctx` is the running command's context; the callbacks are
     // plain functions of this module.
-    let ptr = unsafe {
+    let handle = unsafe {
         rm!(RedisModule_BlockClient)(
             ctx.raw(),
             Some(reply_callback::<W>),
             Some(timeout_callback::<W>),
             Some(free_reply::<W>),
-            timeout_ms,
+            0,
         )
     };
-    if ptr.is_null() {
-        return None;
+    if handle.is_null() {
+        return false;
     }
-    // SAFETY: `ptr` was just made.
-    unsafe { rm!(RedisModule_SetDisconnectCallback)(ptr, Some(disconnected::<W>)) };
-    Some(Blocked { ptr })
+    // SAFETY: `handle` was just made.
+    unsafe { rm!(RedisModule_SetDisconnectCallback)(handle, Some(disconnected::<W>)) };
+    ROOM.with(|room| {
+        let mut room = room.borrow_mut();
+        room.by_id.insert(id, handle as usize);
+        room.by_handle.insert(handle as usize, id);
+    });
+    true
 }
 
-/// Unblocks `client`, which Redis then replies `reply` through
-/// [`Waiting::reply`].
-pub fn unblock<W: Waiting>(client: Blocked, reply: W::Reply) {
+/// Unblocks waiter `id`, which Redis then replies `reply` through
+/// [`Waiting::reply`]. `false` (and `reply` dropped) when it waits no more.
+pub fn unblock<W: Waiting>(id: u64, reply: W::Reply) -> bool {
+    let Some(handle) = take_by_id(id) else {
+        return false;
+    };
     let reply = Box::into_raw(Box::new(reply));
-    // SAFETY: a client this module blocked with `W`'s callbacks and has not
-    // unblocked (the handle is consumed here); Redis hands `reply` to
+    // SAFETY: a client this module blocked with `W`'s callbacks, just taken
+    // out of the room: no other call unblocks it. Redis hands `reply` to
     // `reply_callback::<W>`, then to `free_reply::<W>`.
-    unsafe { rm!(RedisModule_UnblockClient)(client.ptr, reply.cast()) };
+    unsafe { rm!(RedisModule_UnblockClient)(handle, reply.cast()) };
+    true
 }
 
 unsafe extern "C" fn reply_callback<W: Waiting>(
@@ -99,6 +149,8 @@ unsafe extern "C" fn free_reply<W: Waiting>(_ctx: *mut raw::RedisModuleCtx, data
     }
 }
 
+/// Redis calls it for `CLIENT UNBLOCK` (the module sets no deadline of
+/// Redis's), and only for a client the module has not unblocked.
 unsafe extern "C" fn timeout_callback<W: Waiting>(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
@@ -107,23 +159,34 @@ unsafe extern "C" fn timeout_callback<W: Waiting>(
     // SAFETY: the context of the blocked client, on its database.
     let ctx = unsafe { Ctx::new(ctx) };
     // SAFETY: as above.
-    let client = unsafe { rm!(RedisModule_GetBlockedClientHandle)(ctx.raw()) };
-    W::timed_out(ctx, ClientId(client as usize));
-    // SAFETY: a client this module blocked: the handle is freed once the
-    // module unblocks it, even after a timeout.
-    unsafe { rm!(RedisModule_UnblockClient)(client, std::ptr::null_mut()) };
+    let handle = unsafe { rm!(RedisModule_GetBlockedClientHandle)(ctx.raw()) };
+    match take_by_handle(handle) {
+        Some(id) => {
+            W::unblocked(ctx, id);
+            // SAFETY: a client this module blocked, just taken out of the
+            // room: this is the one call that ends it.
+            unsafe { rm!(RedisModule_UnblockClient)(handle, std::ptr::null_mut()) };
+        }
+        None => {
+            ctx.reply_null();
+        }
+    }
     raw::REDISMODULE_OK as c_int
 }
 
 unsafe extern "C" fn disconnected<W: Waiting>(
     ctx: *mut raw::RedisModuleCtx,
-    client: *mut raw::RedisModuleBlockedClient,
+    handle: *mut raw::RedisModuleBlockedClient,
 ) {
+    // Not in the room: the module already unblocked it (the second word).
+    let Some(id) = take_by_handle(handle) else {
+        return;
+    };
     // SAFETY: the context Redis gives this callback.
     let ctx = unsafe { Ctx::new(ctx) };
-    W::disconnected(ctx, ClientId(client as usize));
+    W::disconnected(ctx, id);
     // SAFETY: as in `timeout_callback`.
-    unsafe { rm!(RedisModule_UnblockClient)(client, std::ptr::null_mut()) };
+    unsafe { rm!(RedisModule_UnblockClient)(handle, std::ptr::null_mut()) };
 }
 
 /// What a timer carries, and what it does when it fires.
