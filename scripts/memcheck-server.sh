@@ -14,6 +14,7 @@
 #   their header): not errors. A block nothing points to ("definitely
 #   lost") is one.
 # - --error-exitcode: a server with errors exits 99, not 0.
+# - --verbose: the log ends with how often each suppression was used.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 : "${MEMCHECK_DIR:?the directory for the logs of memcheck}"
@@ -21,7 +22,7 @@ exec nice -n 10 valgrind --tool=memcheck \
   --soname-synonyms='somalloc=libjemalloc.so*' \
   --track-origins=yes --num-callers=40 \
   --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
-  --error-exitcode=99 \
+  --error-exitcode=99 --verbose \
   --suppressions="$here/memcheck.supp" \
   --log-file="$MEMCHECK_DIR/memcheck.%p.log" \
   "${MEMCHECK_SERVER:-redis-server}" "$@"

@@ -8,7 +8,8 @@ An error record is a message followed by a stack ("at 0x...: f (file:line)"):
 invalid reads and writes, uses of uninitialised values, invalid, double and
 mismatched frees, overlapping copies, fishy arguments, definite leaks (the
 only leak kind scripts/memcheck-server.sh shows), and the stack of a process
-killed by a signal (a crash). Suppressed errors are not in the log. A log
+killed by a signal (a crash). Suppressed errors are not in the log; the
+suppressions used (valgrind's --verbose) are counted at the end. A log
 whose process did not exit (killed, or still running) has no summary; its
 records still count.
 
@@ -64,6 +65,7 @@ def main():
         print(f"memcheck: no logs in {directory}: did any server start?")
         return 1
     kinds = collections.Counter()
+    suppressed = collections.Counter()
     total = 0
     for path in logs:
         found = records(path)
@@ -78,6 +80,8 @@ def main():
         print(f"memcheck: {os.path.basename(path)}: {len(found)} error records; {exited}")
         for record in found:
             kinds[kind(record[0])] += 1
+        for count, name in re.findall(r"used_suppression:\s+([\d,]+) (\S+)", text):
+            suppressed[name] += int(count.replace(",", ""))
         total += len(found)
         for record in found[:20]:
             print("\n".join("    " + line for line in record))
@@ -87,6 +91,8 @@ def main():
     print(f"memcheck: {len(logs)} server processes, {total} error records")
     for k, n in kinds.most_common():
         print(f"    {n:6}  {k}")
+    for name, n in suppressed.most_common():
+        print(f"memcheck: suppressed {n} times: {name} (scripts/memcheck.supp says why)")
     return 1 if total else 0
 
 
