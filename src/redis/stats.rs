@@ -114,6 +114,7 @@ pub fn info_fields(add: &mut dyn FnMut(&'static CStr, u64)) {
     add(c"blocked_clients", WAITING.load(Relaxed) as u64);
     add(c"waits_allowed", WAITS_ALLOWED.load(Relaxed));
     add(c"waits_timed_out", WAITS_TIMED_OUT.load(Relaxed));
+    add(c"late_callbacks", super::ffi::block::late_callbacks());
     add(c"top_keys_tracked", top_tracked);
     add(c"top_denials_counted", top_counted);
     for counter in every() {

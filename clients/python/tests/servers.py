@@ -53,10 +53,16 @@ def wait_for(what: str, timeout_s: float, done: Callable[[], bool]) -> None:
 class Server:
     """One redis-server with the module, no persistence."""
 
-    def __init__(self, *, cluster: bool = False, module: bool = True) -> None:
+    def __init__(
+        self, *, cluster: bool = False, module: bool = True, args: tuple[str, ...] = ()
+    ) -> None:
+        self.password: str | None = None
+        if "--requirepass" in args:
+            self.password = args[args.index("--requirepass") + 1]
         self.dir = Path(tempfile.mkdtemp(prefix="rl-pytest-"))
         self.port = free_port()
-        args = [
+        extra = list(args)
+        command = [
             os.environ.get("RL_SERVER", "redis-server"),
             "--port",
             str(self.port),
@@ -70,10 +76,11 @@ class Server:
             "no",
         ]
         if module:
-            args += ["--loadmodule", str(module_path())]
+            command += ["--loadmodule", str(module_path())]
+        command += extra
         if cluster:
             # The bus on a free port of its own: port + 10000 may be taken.
-            args += [
+            command += [
                 "--cluster-enabled",
                 "yes",
                 "--cluster-port",
@@ -82,7 +89,7 @@ class Server:
                 "1000",
             ]
         self._log = open(self.dir / "server.log", "wb")  # noqa: SIM115 (closed by stop)
-        self.process = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
         try:
             wait_for("redis-server to answer PING", 10, self._answers)
         except TimeoutError:
@@ -93,7 +100,8 @@ class Server:
         if self.process.poll() is not None:
             raise RuntimeError("redis-server exited; its log:\n" + self.log())
         try:
-            return bool(redis.Redis(port=self.port, socket_timeout=1).ping())
+            client = redis.Redis(port=self.port, password=self.password, socket_timeout=1)
+            return bool(client.ping())
         except redis.ConnectionError:
             return False
 

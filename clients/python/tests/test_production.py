@@ -264,9 +264,10 @@ def test_two_rules_that_would_share_keys_are_refused_at_start_up(r: redis.Redis)
     with pytest.raises(ValueError, match="would share the Redis keys"):
         rate_limit(r, FixedWindow(2, "1h"))(rate_limit(r, FixedWindow(3, "1h"))(view))
     app = flask.Flask(__name__)
-    RateLimitWSGIMiddleware(app.wsgi_app, redis=r, limits=TokenBucket(5, 1))
+    first = RateLimitWSGIMiddleware(app.wsgi_app, redis=r, limits=TokenBucket(5, 1))
     with pytest.raises(ValueError, match="give one of them another scope="):
         RateLimitWSGIMiddleware(app.wsgi_app, redis=r, limits=TokenBucket(9, 1))
+    assert first.rule.limits == (TokenBucket(5, 1),)  # alive until here
 
 
 # 8, 10. Errors at start-up -------------------------------------------------

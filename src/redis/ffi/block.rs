@@ -20,6 +20,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
 
@@ -53,6 +55,15 @@ struct Room {
 thread_local! {
     /// Blocking, unblocking and every callback run on Redis's main thread.
     static ROOM: RefCell<Room> = RefCell::new(Room::default());
+}
+
+/// Callbacks that came for a handle the module had already unblocked, and
+/// were ignored (`INFO ratelimit`: how often a server speaks twice).
+static LATE_CALLBACKS: AtomicU64 = AtomicU64::new(0);
+
+/// How many callbacks came after the module had unblocked their client.
+pub fn late_callbacks() -> u64 {
+    LATE_CALLBACKS.load(Relaxed)
 }
 
 /// Takes the handle of waiter `id` out of the room, if it is there.
@@ -168,6 +179,7 @@ unsafe extern "C" fn timeout_callback<W: Waiting>(
             unsafe { rm!(RedisModule_UnblockClient)(handle, std::ptr::null_mut()) };
         }
         None => {
+            LATE_CALLBACKS.fetch_add(1, Relaxed);
             ctx.reply_null();
         }
     }
@@ -180,6 +192,7 @@ unsafe extern "C" fn disconnected<W: Waiting>(
 ) {
     // Not in the room: the module already unblocked it (the second word).
     let Some(id) = take_by_handle(handle) else {
+        LATE_CALLBACKS.fetch_add(1, Relaxed);
         return;
     };
     // SAFETY: the context Redis gives this callback.

@@ -10,6 +10,7 @@ from .errors import (
     ModuleNotLoadedError,
     RateLimitError,
     RateLimitExceeded,
+    UnblockedError,
     WrongTypeError,
 )
 from .info import KeyInfo
@@ -41,5 +42,6 @@ __all__ = [
     "SlidingLog",
     "TokenBucket",
     "TopEntry",
+    "UnblockedError",
     "WrongTypeError",
 ]

@@ -40,6 +40,13 @@ class ModuleNotLoadedError(RateLimitError):
     not loaded there (``--loadmodule /path/to/libredis_ratelimit.so``)."""
 
 
+class UnblockedError(RateLimitError):
+    """The server ended a ``BLOCK`` wait before a slot or a turn came
+    (``UNBLOCKED``): a failover made the primary a replica (``CLUSTER
+    FAILOVER``, Sentinel), or an operator ran ``CLIENT UNBLOCK ... ERROR``.
+    Nothing was taken; ask again (on the new primary)."""
+
+
 def translate(error: ResponseError, command: str) -> ResponseError:
     """The exception to raise for an error reply to `command`.
 
@@ -52,6 +59,8 @@ def translate(error: ResponseError, command: str) -> ResponseError:
     message = str(error).strip()
     if message.startswith("WRONGTYPE"):
         return WrongTypeError(command, message)
+    if message.startswith("UNBLOCKED"):
+        return UnblockedError(command, message)
     if message.startswith("unknown command"):
         return ModuleNotLoadedError(
             command, f"{message} (is the redis-ratelimit module loaded on this server?)"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import ClassVar
 
 from .decision import Policy
@@ -25,6 +24,7 @@ from .units import (
     decimal_arg,
     duration_arg,
     duration_ms,
+    ms,
 )
 
 #: One argument of a command, as redis-py sends it.
@@ -89,8 +89,8 @@ class Limit(ABC):
         return Policy(
             name=self.name if self.name is not None else self.word.lower(),
             quota=self.quota,
-            window=None if window is None else timedelta(milliseconds=window),
-            refill=None if refill is None else timedelta(milliseconds=refill),
+            window=None if window is None else ms(window),
+            refill=None if refill is None else ms(refill),
         )
 
 
@@ -251,9 +251,20 @@ ALGORITHMS: tuple[type[Limit], ...] = (
     GCRA,
 )
 
-_UNIT_S = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
-_UNIT_S |= {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400}
-_RATE = re.compile(r"(\d+)\s*(?:/|per)\s*(\d+)?\s*([a-z]+?)s?", re.IGNORECASE)
+# The units a rate string may name, each spelt out in full: a unit is read
+# exactly or refused, never guessed from a prefix ("ms" is not minutes, "hs"
+# is nothing). Months and years are left out: their length varies. The
+# module's own duration units (ms, s, m, h, d) mean the same here.
+_UNIT_MS: dict[str, int] = {}
+for _ms, _words in (
+    (1, ("ms", "msec", "msecs", "millisecond", "milliseconds")),
+    (1000, ("s", "sec", "secs", "second", "seconds")),
+    (60_000, ("m", "min", "mins", "minute", "minutes")),
+    (3_600_000, ("h", "hr", "hrs", "hour", "hours")),
+    (86_400_000, ("d", "day", "days")),
+):
+    _UNIT_MS |= dict.fromkeys(_words, _ms)
+_RATE = re.compile(r"(\d+)\s*(?:/|per)\s*(\d+)?\s*([a-z]+)", re.IGNORECASE)
 
 
 def parse_rates(text: str, algorithm: type[_Window] | None = None) -> list[Limit]:
@@ -271,17 +282,24 @@ def parse_rates(text: str, algorithm: type[_Window] | None = None) -> list[Limit
         if not item.strip():
             continue
         match = _RATE.fullmatch(item.strip())
-        unit = _UNIT_S.get(match.group(3).lower()) if match else None
-        if match is None or unit is None:
+        unit_ms = _UNIT_MS.get(match.group(3).lower()) if match else None
+        if match is None or unit_ms is None:
             raise ValueError(
                 f"rate {item.strip()!r} is not N/unit or N per [M] unit, unit one of "
-                'second, minute, hour, day (e.g. "10/second", "100 per minute", '
-                '"5 per 10 seconds")'
+                "ms, second, minute, hour, day (or s, m, h, d; months and years are "
+                'refused: their length varies), e.g. "10/second", "100 per minute", '
+                '"5 per 10 seconds"'
             )
         count, every = int(match.group(1)), int(match.group(2) or 1)
-        seconds = every * unit
-        span = match.group(3).lower() if every == 1 else f"{every}{match.group(3).lower()}"
-        out.append(kind(count, seconds, name=f"{count}-per-{span}"))
+        # Whole seconds stay an int of seconds; anything finer goes in
+        # milliseconds, which the module reads exactly (no float rounding).
+        span_ms = every * unit_ms
+        window: Duration = span_ms // 1000 if span_ms % 1000 == 0 else f"{span_ms}ms"
+        unit = match.group(3).lower()
+        if len(unit) > 2 and unit.endswith("s") and unit[:-1] in _UNIT_MS:
+            unit = unit[:-1]  # the name as before: "5 per 10 seconds" is "5-per-10second"
+        span = unit if every == 1 else f"{every}{unit}"
+        out.append(kind(count, window, name=f"{count}-per-{span}"))
     if not out:
         raise ValueError(f"no rate in {text!r}")
     return out

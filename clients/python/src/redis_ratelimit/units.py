@@ -87,11 +87,23 @@ def block_ms(value: Duration) -> int:
 def ceil_seconds(delta: timedelta) -> int:
     """Whole seconds, rounded up: a client that waits that long is never early
     (HTTP's delay-seconds, as Retry-After and the RateLimit fields use)."""
-    return -(-delta // _SECOND)
+    whole, part = divmod(delta, _SECOND)  # no negation: -timedelta.max overflows
+    return whole + (1 if part else 0)
 
 
-def ms(value: int) -> timedelta:
-    """A reply's millisecond count as a duration."""
+#: The longest duration a timedelta holds (999,999,999 days, some 2.7
+#: million years), in milliseconds: a longer one is clamped to it, never an
+#: OverflowError (the server takes windows and refill times far longer).
+MAX_TIMEDELTA_MS = timedelta.max // timedelta(milliseconds=1)
+
+
+def ms(value: float) -> timedelta:
+    """A millisecond count (a reply's, a limit's window) as a duration;
+    clamped to `timedelta.max`, past which no client waits anyway."""
+    if value >= MAX_TIMEDELTA_MS:
+        return timedelta.max
+    if value <= -MAX_TIMEDELTA_MS:
+        return -timedelta.max
     return timedelta(milliseconds=value)
 
 

@@ -12,10 +12,13 @@ from .core import (
     Rule,
     api_key,
     client_ip,
+    client_subnet,
     exempt_methods,
     exempt_paths,
     forwarded_ip,
+    ip_identity,
     problem_response,
+    reset,
     user,
 )
 from .wsgi import RateLimitWSGIMiddleware
@@ -29,9 +32,12 @@ __all__ = [
     "Rule",
     "api_key",
     "client_ip",
+    "client_subnet",
     "exempt_methods",
     "exempt_paths",
     "forwarded_ip",
+    "ip_identity",
     "problem_response",
+    "reset",
     "user",
 ]

@@ -16,7 +16,9 @@ from typing_extensions import Unpack
 
 from ..kinds import require_async
 from .core import (
+    REFUSED_CREDENTIALS,
     UNREACHABLE,
+    UNUSABLE,
     Limits,
     Request,
     Response,
@@ -26,6 +28,7 @@ from .core import (
     build_rule,
     claim_keys,
     join_headers,
+    layered_headers,
     logger,
 )
 from .guard import AsyncGuard, async_guard
@@ -65,8 +68,13 @@ async def decide_async(
     for command in pending.commands:
         try:
             decision = await guard.run(command)
+        except REFUSED_CREDENTIALS as error:
+            rule.refused(error)
+            raise
         except UNREACHABLE as error:
             return rule.unreachable(error)
+        except UNUSABLE as error:
+            return rule.unusable(error)
         decisions.append(decision)
         if not decision.allowed:
             break
@@ -115,21 +123,7 @@ class RateLimitMiddleware:
         if verdict.response is not None:
             await send_response(send, verdict.response)
             return
-        if not verdict.headers:
-            await self.app(scope, receive, send)
-            return
-        extra = [
-            (name.lower().encode("latin-1"), value.encode("latin-1"))
-            for name, value in verdict.headers
-        ]
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message = dict(message)
-                message["headers"] = [*message.get("headers", ()), *extra]
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
+        await self.app(scope, receive, headers_writer(scope, send))
 
     def _validating(self, receive: Receive) -> Receive:
         async def receive_checked() -> Message:
@@ -138,7 +132,9 @@ class RateLimitMiddleware:
                 self._validated = True
                 try:
                     # Through the guard's client: short timeouts, no retries.
-                    await asyncio.wait_for(self.rule.validate(self.guard.limiter.redis), 2)
+                    await asyncio.wait_for(self.rule.validate(self.guard.on_this_loop().redis), 2)
+                except REFUSED_CREDENTIALS:
+                    raise  # a wrong password is not an outage: the app does not start
                 except (*UNREACHABLE, asyncio.TimeoutError) as error:
                     logger.warning(
                         "rate limit %s: not validated at startup, Redis cannot be asked (%s)",
@@ -152,6 +148,35 @@ class RateLimitMiddleware:
     async def decide(self, request: Request) -> Verdict:
         """The verdict on `request`."""
         return await decide_async(self.rule, request, self.guard, self.cluster)
+
+
+#: Set in the scope by whatever will write the rate-limit headers of every
+#: rule on the response (`headers_writer`): a route dependency need not
+#: warn that its own are lost.
+HEADERS_WRITTEN = "redis_ratelimit.headers_written"
+
+
+def headers_writer(scope: Scope, send: Send) -> Send:
+    """`send`, writing on the response the fields of every rule that
+    decided on this request (this middleware's, a route dependency's,
+    decided later) as one set, each field once, over any an inner layer
+    wrote."""
+    scope[HEADERS_WRITTEN] = True
+
+    async def send_with_headers(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            extra = [
+                (name.lower().encode("latin-1"), value.encode("latin-1"))
+                for name, value in layered_headers(scope)
+            ]
+            if extra:
+                names = {name for name, _ in extra}
+                message = dict(message)
+                kept = [(n, v) for n, v in message.get("headers", ()) if n.lower() not in names]
+                message["headers"] = [*kept, *extra]
+        await send(message)
+
+    return send_with_headers
 
 
 async def send_response(send: Send, response: Response) -> None:

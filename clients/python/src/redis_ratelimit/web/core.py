@@ -10,13 +10,16 @@ write a response; everything they decide is decided here, once.
 
 from __future__ import annotations
 
+import gc
 import hashlib
+import ipaddress
 import json
 import logging
+import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal, TypedDict, overload
@@ -25,19 +28,20 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
-from redis.exceptions import ClusterDownError, OutOfMemoryError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import commands
 from ..async_client import AsyncRateLimiter
-from ..cache import DenialCache
+from ..cache import DEFAULT_MAX_AGE_S, DenialCache
 from ..client import RateLimiter
 from ..commands import Command
 from ..decision import Decision
+from ..errors import InvalidArgumentError, ModuleNotLoadedError
 from ..limits import Limit, parse_rates
 from ..units import Duration, check_duration, check_rate
-from .guard import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT
+from .guard import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT, IN_TRANSITION, REFUSED
 
 logger = logging.getLogger("redis_ratelimit")
 
@@ -45,13 +49,29 @@ SyncClient = Redis | RedisCluster
 AsyncClient = AsyncRedis | AsyncRedisCluster
 
 #: The errors that mean Redis cannot decide: it cannot be reached (down,
-#: refused, timed out, cluster without a primary for the slot), or it is at
+#: refused, timed out), its cluster is in transition (`IN_TRANSITION`:
+#: TRYAGAIN during a reshard, MOVED loops, CLUSTERDOWN, READONLY after a
+#: failover), or it is at
 #: `maxmemory` and refuses to create the key (``OOM ...``: the module keeps
 #: deciding for existing keys, but a client it never saw needs a new one).
 #: These, and only these, are answered by the fail-open/fail-closed choice.
 #: Any other error reply (a bad limit, a WRONGTYPE key) is a bug to see, and
 #: is raised.
-UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ClusterDownError, OutOfMemoryError)
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError, *IN_TRANSITION, OutOfMemoryError)
+
+#: The errors that mean Redis refused the limiter's credentials or rights
+#: (``NOAUTH``, ``WRONGPASS``, ``NOPERM``): a configuration error, never an
+#: outage. redis-py makes some of them connection errors; these are checked
+#: first, and always raised: no request passes unlimited because a password
+#: is wrong, and none is refused as if Redis were down.
+REFUSED_CREDENTIALS = REFUSED
+
+#: The errors that mean the server cannot run the rule at all: the module
+#: is not loaded, or it refuses a limit. Found when the app starts where
+#: there is a start (`Rule.validate`); on a request (a route dependency, a
+#: rule never validated) they are logged at ERROR once per rule and
+#: answered as `fail_open` says, like an outage.
+UNUSABLE = (ModuleNotLoadedError, InvalidArgumentError)
 
 
 @dataclass(frozen=True)
@@ -95,16 +115,109 @@ class _Missing(str):
 MISSING: str = _Missing("missing")
 
 
+#: The IPv6 prefix an address is limited by, unless a key function says
+#: otherwise: a /64 is what one subscriber gets at the least (one LAN, one
+#: mobile device: RFC 6177, 3GPP), so all of one client's addresses count
+#: as one, and no two subscribers are ever merged. A home connection often
+#: holds a /56 (256 /64s): for a login form, give ``ipv6_subnet=56``.
+DEFAULT_IPV6_SUBNET = 64
+
+
+def ip_identity(text: str | None, ipv6_subnet: int = DEFAULT_IPV6_SUBNET) -> str:
+    """The identity of an address as the server or a proxy wrote it:
+    ``ip:<address>``, one spelling per address (``2001:db8::1``,
+    ``2001:0db8:0:0::0001`` and ``[2001:db8::1]`` are one; an IPv4 address
+    mapped into IPv6 is the IPv4 one; a port after it is dropped), an IPv6
+    address as its `ipv6_subnet` (``ip:2001:db8::/64``). `MISSING` for
+    nothing, or for what is not an address (a test client's name, a forged
+    header entry): never an identity of its own, which anyone could vary."""
+    if not text:
+        return MISSING
+    host = text.strip()
+    if host.startswith("["):  # [v6] or [v6]:port
+        end = host.find("]")
+        host = host[1:end] if end > 0 else ""
+    elif host.count(":") == 1:  # v4:port
+        host = host.split(":")[0]
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return MISSING
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return f"ip:{ip.ipv4_mapped}"
+        ip = ipaddress.IPv6Address(int(ip))  # no zone (%eth0)
+        if ipv6_subnet < 128:
+            net = ipaddress.IPv6Network((ip, ipv6_subnet), strict=False)
+            return f"ip:{net.network_address}/{ipv6_subnet}"
+    return f"ip:{ip}"
+
+
+def _check_subnet(ipv6_subnet: object) -> int:
+    if isinstance(ipv6_subnet, bool) or not isinstance(ipv6_subnet, int):
+        raise TypeError(f"ipv6_subnet must be an int (a prefix length), not {ipv6_subnet!r}")
+    if not 1 <= ipv6_subnet <= 128:
+        raise ValueError(f"ipv6_subnet must be from 1 to 128, not {ipv6_subnet}")
+    return ipv6_subnet
+
+
+_warned_trust_all = False
+
+
+def _warn_if_forwarding_trusts_all(request: Request) -> None:
+    """Warns once when the server took the peer address from the leftmost
+    of several ``X-Forwarded-For`` entries: it trusts every hop (uvicorn's
+    ``--forwarded-allow-ips='*'``, ``ProxyFix(x_for=n)`` with too large an
+    n), so the address is whatever the client wrote, a fresh identity per
+    request for anyone who wants one."""
+    global _warned_trust_all
+    forwarded = request.headers.get("x-forwarded-for")
+    if _warned_trust_all or not forwarded or "," not in forwarded or not request.client:
+        return
+    hops = [h.strip() for h in forwarded.split(",") if h.strip()]
+    if len(hops) >= 2 and hops[0] == request.client and hops[-1] != request.client:
+        _warned_trust_all = True
+        logger.warning(
+            "rate limit: the client address %s is the leftmost of %d X-Forwarded-For entries, "
+            "the one the client itself wrote: the server trusts every hop (uvicorn "
+            "--forwarded-allow-ips='*'? ProxyFix(x_for=...) above the number of proxies?), "
+            "so any client can choose its identity; trust only your own proxies, or use "
+            "forwarded_ip(trusted_proxies=n) on the raw peer address",
+            request.client,
+            len(hops),
+        )
+
+
 def client_ip(request: Request) -> str | None:
-    """The peer's address; `MISSING` when the server gives none (behind a
-    proxy on a unix socket: see `forwarded_ip`). Behind a proxy this is the
-    proxy's: see `forwarded_ip`."""
-    return MISSING if not request.client else "ip:" + request.client
+    """The peer's address (`ip_identity`: one spelling, IPv6 by its /64);
+    `MISSING` when the server gives none, or not an address. Behind a proxy
+    this is the proxy's: see `forwarded_ip`."""
+    _warn_if_forwarding_trusts_all(request)
+    return ip_identity(request.client)
 
 
-def forwarded_ip(trusted_proxies: int = 1, header: str = "X-Forwarded-For") -> KeyFunc:
+def client_subnet(ipv6_subnet: int = DEFAULT_IPV6_SUBNET) -> KeyFunc:
+    """`client_ip` grouping IPv6 addresses by another prefix length
+    (``client_subnet(56)``; 128: each address on its own)."""
+    _check_subnet(ipv6_subnet)
+
+    def key(request: Request) -> str | None:
+        _warn_if_forwarding_trusts_all(request)
+        return ip_identity(request.client, ipv6_subnet)
+
+    return key
+
+
+def forwarded_ip(
+    trusted_proxies: int = 1,
+    header: str = "X-Forwarded-For",
+    *,
+    ipv6_subnet: int = DEFAULT_IPV6_SUBNET,
+) -> KeyFunc:
     """The client address as your own proxies saw it: the entry
-    `trusted_proxies` places from the right of `header`.
+    `trusted_proxies` places from the right of `header` (`ip_identity`:
+    IPv6 by its `ipv6_subnet`; an entry that is not an address counts as
+    `MISSING`).
 
     Only for apps that sit behind that many proxies which each append to the
     header: the entries further left are whatever the client chose to send,
@@ -114,26 +227,43 @@ def forwarded_ip(trusted_proxies: int = 1, header: str = "X-Forwarded-For") -> K
     """
     if trusted_proxies < 1:
         raise ValueError("trusted_proxies must be at least 1")
+    _check_subnet(ipv6_subnet)
     name = header.lower()
 
     def key(request: Request) -> str | None:
         hops = [h.strip() for h in request.headers.get(name, "").split(",") if h.strip()]
         if len(hops) >= trusted_proxies:
-            return "ip:" + hops[-trusted_proxies]
-        return client_ip(request)
+            return ip_identity(hops[-trusted_proxies], ipv6_subnet)
+        return ip_identity(request.client, ipv6_subnet)
 
     return key
 
 
-def api_key(header: str = "X-Api-Key", fallback: KeyFunc | None = client_ip) -> KeyFunc:
+def api_key(
+    header: str = "X-Api-Key",
+    fallback: KeyFunc | None = client_ip,
+    *,
+    valid: Callable[[str], bool] | None = None,
+) -> KeyFunc:
     """The API key in `header`, hashed (a secret does not belong in a Redis
     key name, where ``SCAN`` and ``MONITOR`` show it); `fallback` for a
-    request without one (None: do not limit those)."""
+    request without one (None: do not limit those).
+
+    Without `valid`, any value is a key, so a client that sends a new
+    invented key with each request gets a fresh limit each time: the
+    per-address `fallback` never applies to it. Give ``valid(key) -> bool``
+    (a set lookup, a cache: it runs on every request) and a request whose
+    key is not valid is limited as one without a key, by `fallback` (by
+    address, by default); or keep a per-address limit in the same rule
+    beside the key's (``By(client_ip, ...)``).
+    """
+    if valid is not None and not callable(valid):
+        raise TypeError(f"valid must be a function of the key, not {valid!r}")
     name = header.lower()
 
     def key(request: Request) -> str | None:
         value = request.headers.get(name)
-        if not value:
+        if not value or (valid is not None and not valid(value)):
             return fallback(request) if fallback is not None else None
         return "key:" + hashlib.sha256(value.encode()).hexdigest()[:32]
 
@@ -210,6 +340,7 @@ class RuleOptions(TypedDict, total=False):
     on_denied: DenialHook | None
     exempt: ExemptFunc | None
     denial_cache: bool
+    denial_cache_max_age: float
     timeout: float
     cooldown: float
 
@@ -284,6 +415,10 @@ class Rule:
     address) limits it as ``on_missing_identity`` says, with one warning per
     rule. ``exempt(request)`` returning True exempts it too.
 
+    ``denial_cache_max_age``: seconds a cached denial is trusted at most
+    (1 by default): how long this process may keep denying an identity an
+    operator reset elsewhere (`reset` clears this process's at once).
+
     ``fail_open``: when Redis cannot be reached, let requests through (True,
     the default: an outage of the limiter should not become an outage of the
     API) or answer 503 (False). Each call to Redis has `timeout` seconds;
@@ -321,6 +456,7 @@ class Rule:
         on_denied: DenialHook | None = None,
         exempt: ExemptFunc | None = None,
         denial_cache: bool = True,
+        denial_cache_max_age: float = DEFAULT_MAX_AGE_S,
         timeout: float = DEFAULT_TIMEOUT,
         cooldown: float = DEFAULT_COOLDOWN,
     ) -> None:
@@ -364,6 +500,7 @@ class Rule:
             raise ValueError(f"prefix must be a non-empty str, not {prefix!r}")
         if scope is not None and not isinstance(scope, str):
             raise TypeError(f"scope must be a str or None, not {scope!r}")
+        check_rate("denial_cache_max_age", denial_cache_max_age)
         check_rate("timeout", timeout)
         check_rate("cooldown", cooldown)
         self.tiers = tiers
@@ -384,14 +521,32 @@ class Rule:
         self.exempt = exempt
         self.timeout = timeout
         self.cooldown = cooldown
-        self.denials = DenialCache() if denial_cache else None
+        self.denials = DenialCache(max_age_s=denial_cache_max_age) if denial_cache else None
         self._outages = _OutageLog()
         self._warned_missing = False
+        self._told_refused = False
+        self._told_unusable = False
+        with _rules_lock:
+            _rules.add(self)
 
     def key_names(self) -> list[tuple[str, str | None, str]]:
         """What sets this rule's keys apart from another's: (prefix, scope,
         name) of each limit (the identity is the request's)."""
         return [(self.prefix, self.scope, name) for name in self.names]
+
+    def fingerprint(self) -> Hashable:
+        """What makes two rules count the same way into the same keys: the
+        same limits under the same names, identities from the same key
+        functions, the same penalty, cost and mode. Two rules with equal
+        fingerprints are one rule built twice."""
+        return (
+            self.prefix,
+            self.scope,
+            tuple((tier.name, tier.limit, _function_name(tier.key)) for tier in self.tiers),
+            self.penalty,
+            self.shadow,
+            self.cost if isinstance(self.cost, int) else _function_name(self.cost),
+        )
 
     def _identity(self, tier: Tier, request: Request) -> str | Verdict | None:
         identity = tier.key(request)
@@ -401,8 +556,9 @@ class Rule:
             if not self._warned_missing:
                 self._warned_missing = True
                 logger.warning(
-                    "rate limit %s: a request to %s %s has no identity (no client address: a "
-                    "unix socket or a proxy? see forwarded_ip); such requests are %s",
+                    "rate limit %s: a request to %s %s has no identity (no client address, or "
+                    "one that is not an IP address: a unix socket, a proxy, a test client? see "
+                    "forwarded_ip); such requests are %s",
                     self.names,
                     request.method,
                     request.path,
@@ -482,17 +638,68 @@ class Rule:
         unless the request can never pass). Allowed: the app's response,
         with the headers; a shadow denial is told to `on_shadow_denied`
         first."""
-        headers = list(decision.headers(legacy=self.legacy_headers, ietf=self.ietf_headers).items())
+        layers = _layers(request)
+        layers.append((decision, self.legacy_headers, self.ietf_headers))
+        headers = layered_headers(request.raw)
         if decision.allowed:
             if decision.shadow_denied:
                 self.on_shadow_denied(request, decision)
             return Verdict(headers=headers)
         return Verdict(response=self.on_denied(request, decision, headers))
 
+    def refused(self, error: Exception) -> None:
+        """Redis refused the credentials or rights (`REFUSED_CREDENTIALS`):
+        logged at ERROR once; the caller raises."""
+        if not self._told_refused:
+            self._told_refused = True
+            logger.error(
+                "rate limit %s: Redis refused the rate limiter's credentials or rights (%s: "
+                "%s); this is a configuration error, not an outage: requests are not let "
+                "through unlimited, each raises until the password or ACL is fixed",
+                self.names,
+                type(error).__name__,
+                error,
+            )
+
+    def unusable(self, error: Exception) -> Verdict:
+        """The server cannot run this rule (`UNUSABLE`): logged at ERROR once,
+        then answered as `fail_open` says."""
+        if not self._told_unusable:
+            self._told_unusable = True
+            logger.error(
+                "rate limit %s cannot run on this server (%s: %s); requests are %s until "
+                "it is fixed (this is logged once)",
+                self.names,
+                type(error).__name__,
+                error,
+                "let through unlimited (fail_open)" if self.fail_open else "refused with 503",
+            )
+        return self._fail_mode()
+
+    def check_at_startup(self, redis: SyncClient) -> None:
+        """`validate` when the app starts, through the middleware's own
+        client (short timeouts, no retries): a limit the server refuses, a
+        server without the module, or credentials it refuses raise, so the
+        app does not start; Redis unreachable is only logged (the rule's
+        fail mode covers it)."""
+        try:
+            self.validate(redis)
+        except REFUSED_CREDENTIALS:
+            raise
+        except UNREACHABLE as error:
+            logger.warning(
+                "rate limit %s: not validated at startup, Redis cannot be asked (%s)",
+                self.names,
+                error,
+            )
+
     def unreachable(self, error: Exception) -> Verdict:
         """Redis could not decide (unreachable, or out of memory for a new
         key): pass, or 503, as `fail_open` says."""
         self._outages.note(error, self.fail_open)
+        return self._fail_mode()
+
+    def _fail_mode(self) -> Verdict:
         if self.fail_open:
             return PASS
         text = "Service unavailable: the rate limiter cannot be reached.\n"
@@ -529,6 +736,134 @@ class Rule:
             commands.peek(f"{self.prefix}:{{rl-validate}}:{tier.name}", tier.limit)
             for tier in self.tiers
         ]
+
+
+def _function_name(function: Callable[..., Any]) -> str:
+    """A function as its module and qualified name: the same in an app
+    built twice, where the function objects (closures) differ."""
+    module = getattr(function, "__module__", None)
+    name = getattr(function, "__qualname__", None) or type(function).__qualname__
+    return f"{module}.{name}"
+
+
+#: Where each rule that decides on a request leaves its decision, in the
+#: request's WSGI environ or ASGI scope (which every layer of one request
+#: shares: a middleware, then a view's decorator or a route's dependency).
+LAYERS = "redis_ratelimit.layers"
+
+#: Every field the rules write.
+RATE_LIMIT_FIELDS = frozenset(
+    name.lower()
+    for name in (
+        "X-RateLimit-Limit",
+        "X-RateLimit-Remaining",
+        "X-RateLimit-Reset",
+        "RateLimit",
+        "RateLimit-Policy",
+        "Retry-After",
+    )
+)
+
+
+def _layers(request: Request) -> list[tuple[Decision, bool, bool]]:
+    raw: Any = request.raw
+    try:
+        layers: list[tuple[Decision, bool, bool]] = raw.setdefault(LAYERS, [])
+    except AttributeError:  # a read-only mapping: this rule alone
+        return []
+    return layers
+
+
+def layered_headers(raw: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The rate-limit fields of a request that several rules decided on (a
+    site-wide middleware, then a view's decorator): those of all of them
+    as one decision, so the binding limit (the one that denied, else the
+    one with least remaining) speaks in ``X-RateLimit-*`` and
+    ``Retry-After``, and every limit has its item in ``RateLimit``. Each
+    layer writes them over the last (`restamp`); the outermost, writing
+    last, writes them for all, once."""
+    layers: list[tuple[Decision, bool, bool]] = list(raw.get(LAYERS, ()))
+    if not layers:
+        return []
+    decision = layers[0][0] if len(layers) == 1 else combine([d for d, _, _ in layers])
+    legacy = any(legacy for _, legacy, _ in layers)
+    ietf = any(ietf for _, _, ietf in layers)
+    return list(decision.headers(legacy=legacy, ietf=ietf).items())
+
+
+def restamp(
+    existing: Sequence[tuple[str, str]], headers: Sequence[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """`existing` header pairs with `headers` in place of any field of the
+    same name (an inner layer's), so each field goes out once."""
+    names = {name.lower() for name, _ in headers}
+    return [(n, v) for n, v in existing if n.lower() not in names] + list(headers)
+
+
+#: Every rule of this process, for `reset` to clear their denial caches.
+_rules_lock = threading.Lock()
+_rules: weakref.WeakSet[Rule] = weakref.WeakSet()
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "\\*?[]" else c for c in text)
+
+
+@overload
+def reset(redis: AsyncClient, identity: str, *, prefix: str = "rl") -> Coroutine[Any, Any, int]: ...
+@overload
+def reset(redis: SyncClient, identity: str, *, prefix: str = "rl") -> int: ...
+
+
+def reset(
+    redis: SyncClient | AsyncClient, identity: str, *, prefix: str = "rl"
+) -> int | Coroutine[Any, Any, int]:
+    """Lets one client start afresh: deletes every key of `identity` (as
+    the key function gives it: ``"ip:203.0.113.9"``, ``"user:alice"``) under
+    `prefix`, in every rule and scope, penalties included, and forgets it
+    in the denial cache of every rule of this process. Other processes
+    (gunicorn's other workers) ask Redis again within their rules'
+    ``denial_cache_max_age`` (1 s by default). Returns how many keys were
+    deleted; ``await`` it with an asyncio client.
+
+    Found by ``SCAN`` (every primary of a cluster), so it suits an
+    operator's action, not every request."""
+    if not isinstance(identity, str) or not identity:
+        raise ValueError(
+            f"identity must be a non-empty str, such as 'ip:10.0.0.7', not {identity!r}"
+        )
+    key_prefix = f"{prefix}:{{{identity}}}:"
+    pattern = _glob_escape(key_prefix) + "*"
+
+    def forget_locally() -> None:
+        def gone(cache_key: Hashable) -> bool:
+            keys = cache_key if isinstance(cache_key, tuple) else ()
+            return any(isinstance(k, str) and k.startswith(key_prefix) for k in keys)
+
+        with _rules_lock:
+            rules = list(_rules)
+        for rule in rules:
+            if rule.denials is not None:
+                rule.denials.forget(gone)
+
+    if isinstance(redis, (AsyncRedis, AsyncRedisCluster)):
+        client = redis
+
+        async def reset_async() -> int:
+            keys = [key async for key in client.scan_iter(match=pattern, count=1000)]
+            deleted = 0
+            for start in range(0, len(keys), 500):  # one slot: one command per batch
+                deleted += int(await client.unlink(*keys[start : start + 500]))
+            forget_locally()
+            return deleted
+
+        return reset_async()
+    keys = list(redis.scan_iter(match=pattern, count=1000))
+    deleted = 0
+    for start in range(0, len(keys), 500):
+        deleted += int(redis.unlink(*keys[start : start + 500]))
+    forget_locally()
+    return deleted
 
 
 def combine(decisions: Sequence[Decision]) -> Decision:
@@ -614,36 +949,111 @@ def exempt_methods(*methods: str) -> ExemptFunc:
     return lambda request: request.method.upper() in upper
 
 
+def _server_of(redis: Any) -> Hashable:
+    """The server a client writes to, so that two client objects to one
+    server are seen as one: (host, port, db) or (socket path, db); a
+    cluster by its primaries' addresses (every client of a cluster learns
+    them all); a client of another kind by its own identity."""
+    get_nodes = getattr(redis, "get_nodes", None)
+    if isinstance(redis, (RedisCluster, AsyncRedisCluster)) and get_nodes is not None:
+        return ("cluster", frozenset((node.host, node.port) for node in get_nodes()))
+    pool = getattr(redis, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if isinstance(kwargs, dict):
+        if kwargs.get("path"):
+            return ("unix", kwargs["path"], kwargs.get("db", 0))
+        port = kwargs.get("port", 6379)
+        return ("tcp", _addresses(kwargs.get("host", "localhost"), port), port, kwargs.get("db", 0))
+    return ("object", id(redis))
+
+
+def _addresses(host: str, port: int) -> Hashable:
+    """The addresses `host` names ("localhost" and "127.0.0.1" are one
+    server), or the name itself when it does not resolve now."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return host
+    return frozenset(info[4][0] for info in infos)
+
+
+@dataclass(frozen=True)
+class _Claim:
+    rule: weakref.ref[Rule]
+    client: weakref.ref[Any]
+    fingerprint: Hashable
+    owner: str
+
+
 _claims_lock = threading.Lock()
-_claims: weakref.WeakKeyDictionary[Any, dict[tuple[str, str | None, str], str]] = (
-    weakref.WeakKeyDictionary()
-)
+_claims: dict[Hashable, dict[tuple[str, str | None, str], _Claim]] = {}
 
 
 def claim_keys(redis: Any, rule: Rule, owner: str) -> None:
     """Records that `owner` (a middleware, a view) writes `rule`'s keys on
-    `redis`; raises ValueError if another owner already does, so two rules
-    never count into one key by accident. Called when each is built."""
-    with _claims_lock:
-        claimed = _claims.setdefault(redis, {})
-        for name in rule.key_names():
-            other = claimed.get(name)
-            if other is not None and other != owner:
-                prefix, scope, limit = name
-                raise ValueError(
-                    f"{owner} and {other} would share the Redis keys "
-                    f"{prefix}:{{identity}}:{scope + ':' if scope else ''}{limit}: "
-                    "give one of them another scope= (or the limit another name=)"
-                )
-        for name in rule.key_names():
-            claimed[name] = owner
+    `redis`'s server; raises ValueError if another live rule that counts
+    differently already does through the same client, so two rules never
+    count into one key by accident. Called when each is built.
+
+    The same rule built again (an app factory called twice, a test's
+    fixture) takes the keys over: its keys are its own, counted the same
+    way. A rule that is gone (its app dropped) holds no keys; before
+    refusing, the garbage collector is run once, since a dropped app often
+    sits in a reference cycle.
+
+    Through another client object of the same server, the same clash is a
+    warning, not a refusal: a process holds apps it no longer serves (a
+    test's, kept by a traceback or a logger) for as long as it likes, and
+    a per-server refusal would refuse every rebuild with new limits after
+    them; a clash through one client is the same app's."""
+    server = _server_of(redis)
+    fingerprint = rule.fingerprint()
+    conflict: tuple[tuple[str, str | None, str], _Claim] | None = None
+    for attempt in range(2):
+        with _claims_lock:
+            claimed = _claims.setdefault(server, {})
+            conflict = None
+            for name in rule.key_names():
+                other = claimed.get(name)
+                if other is None or other.fingerprint == fingerprint:
+                    continue
+                if other.rule() not in (None, rule):  # no reference kept: gc may free it
+                    conflict = (name, other)
+                    if other.client() is redis:
+                        break
+            if conflict is None or conflict[1].client() is not redis:
+                for name in rule.key_names():
+                    claimed[name] = _Claim(
+                        weakref.ref(rule), weakref.ref(redis), fingerprint, owner
+                    )
+                break
+        if attempt == 0:
+            gc.collect()  # outside the lock: finalizers may run
+    if conflict is None:
+        return
+    (prefix, scope, limit), other = conflict
+    keys = f"{prefix}:{{identity}}:{scope + ':' if scope else ''}{limit}"
+    if other.client() is not redis:
+        logger.warning(
+            "%s and %s (through another client of the same Redis server) would share the "
+            "Redis keys %s with different limits: if both serve requests, give one of them "
+            "another scope= (or the limit another name=)",
+            owner,
+            other.owner,
+            keys,
+        )
+        return
+    raise ValueError(
+        f"{owner} and {other.owner} would share the Redis keys {keys} with different "
+        "limits: give one of them another scope= (or the limit another name=)"
+    )
 
 
 def release_keys(redis: Any, owner: str) -> None:
     """Forgets `owner`'s claims (a middleware rebuilt, a test's app gone)."""
     with _claims_lock:
-        claimed = _claims.get(redis, {})
-        for name in [n for n, o in claimed.items() if o == owner]:
+        claimed = _claims.get(_server_of(redis), {})
+        for name in [n for n, c in claimed.items() if c.owner == owner]:
             del claimed[name]
 
 
@@ -731,8 +1141,13 @@ def decide(
     for command in pending.commands:
         try:
             decision = run(command)
+        except REFUSED_CREDENTIALS as error:
+            rule.refused(error)
+            raise
         except UNREACHABLE as error:
             return rule.unreachable(error)
+        except UNUSABLE as error:
+            return rule.unusable(error)
         decisions.append(decision)
         if not decision.allowed:
             break

@@ -24,7 +24,7 @@ from redis.cluster import RedisCluster
 from typing_extensions import Unpack
 
 from ..kinds import require_sync
-from .core import Limits, Response, Rule, RuleOptions, Verdict, claim_keys, decide
+from .core import Limits, Response, Rule, RuleOptions, claim_keys, decide, layered_headers
 from .flask import view_scope
 from .guard import sync_guard
 from .wsgi import wsgi_request
@@ -39,8 +39,11 @@ def _response(r: Response) -> HttpResponse:
     return response
 
 
-def _with_headers(response: HttpResponse, verdict: Verdict) -> HttpResponse:
-    for name, value in verdict.headers:
+def _with_headers(response: HttpResponse, request: HttpRequest) -> HttpResponse:
+    """`response` with the fields of every rule that decided on `request`
+    (this one's, and a view decorator's under the middleware), each field
+    once, in place of those an inner layer set."""
+    for name, value in layered_headers(request.META):
         response[name] = value
     return response
 
@@ -54,16 +57,21 @@ class RateLimitMiddleware:
         redis = conf.pop("redis", None)
         require_sync(redis, "settings.REDIS_RATELIMIT['redis']", "an ASGI middleware")
         rule = conf.pop("rule", None)
+        validate = conf.pop("validate", True)
         self.rule = rule if isinstance(rule, Rule) else Rule(conf.pop("limits"), **conf)
         self.guard = sync_guard(redis, self.rule.timeout, self.rule.cooldown)
         self.cluster = isinstance(redis, RedisCluster)
         self.get_response = get_response
+        if self.rule.scope is None:  # one given on purpose may be shared on purpose
+            claim_keys(redis, self.rule, f"Django's RateLimitMiddleware at {id(self):#x}")
+        if validate:  # Django makes its middleware when the app starts
+            self.rule.check_at_startup(self.guard.limiter.redis)
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         verdict = decide(self.rule, wsgi_request(request.META), self.guard.run, self.cluster)
         if verdict.response is not None:
             return _response(verdict.response)
-        return _with_headers(self.get_response(request), verdict)
+        return _with_headers(self.get_response(request), request)
 
 
 def rate_limit(
@@ -80,13 +88,14 @@ def rate_limit(
         guard = sync_guard(redis, rule.timeout, rule.cooldown)
         if "scope" not in options:
             claim_keys(redis, rule, f"@rate_limit at {id(rule):#x} on {view_scope(view)}")
+        rule.check_at_startup(guard.limiter.redis)  # when the view is defined
 
         @functools.wraps(view)
         def limited(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             verdict = decide(rule, wsgi_request(request.META), guard.run, cluster)
             if verdict.response is not None:
                 return _response(verdict.response)
-            return _with_headers(view(request, *args, **kwargs), verdict)
+            return _with_headers(view(request, *args, **kwargs), request)
 
         return cast(F, limited)
 

@@ -19,7 +19,7 @@ from redis.cluster import RedisCluster
 from typing_extensions import Unpack
 
 from ..kinds import require_sync
-from .core import Limits, Rule, RuleOptions, claim_keys, decide
+from .core import Limits, Rule, RuleOptions, claim_keys, decide, layered_headers
 from .guard import sync_guard
 from .wsgi import wsgi_request
 
@@ -58,10 +58,12 @@ def rate_limit(
         guard = sync_guard(redis, rule.timeout, rule.cooldown)
         if "scope" not in options:  # one given on purpose may be shared on purpose
             claim_keys(redis, rule, f"@rate_limit at {id(rule):#x} on {view_scope(view)}")
+        rule.check_at_startup(guard.limiter.redis)  # when the view is defined
 
         @functools.wraps(view)
         def limited(*args: Any, **kwargs: Any) -> Any:
-            verdict = decide(rule, wsgi_request(flask.request.environ), guard.run, cluster)
+            environ = flask.request.environ
+            verdict = decide(rule, wsgi_request(environ), guard.run, cluster)
             if verdict.response is not None:
                 r = verdict.response
                 return flask.Response(r.body, status=f"{r.status} {r.reason}", headers=r.headers)
@@ -69,7 +71,8 @@ def rate_limit(
 
                 @flask.after_this_request
                 def add_headers(response: flask.Response) -> flask.Response:
-                    response.headers.extend(verdict.headers)
+                    for name, value in layered_headers(environ):
+                        response.headers.set(name, value)  # in place of another layer's
                     return response
 
             return view(*args, **kwargs)

@@ -27,6 +27,17 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
+from redis.exceptions import (
+    AskError,
+    AuthenticationError,
+    AuthenticationWrongNumberOfArgsError,
+    AuthorizationError,
+    ClusterError,
+    NoPermissionError,
+    ReadOnlyError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
@@ -36,6 +47,25 @@ from ..client import RateLimiter
 from ..commands import Command
 
 T = TypeVar("T")
+
+#: Replies that mean the servers are changing hands, not that they refused
+#: the command: a slot being migrated (``TRYAGAIN``), redirections that do
+#: not settle (``MOVED``/``ASK`` loops, which redis-py ends with
+#: ``ClusterError: TTL exhausted``), a cluster without a primary for the
+#: slot (``CLUSTERDOWN``, ``MASTERDOWN``; `ClusterError` covers them), a
+#: slot no node serves, a primary turned replica (``READONLY``). An outage
+#: while they last: the breaker counts them and the fail mode answers.
+IN_TRANSITION = (TryAgainError, ClusterError, AskError, SlotNotCoveredError, ReadOnlyError)
+
+#: Redis refused the credentials or rights (NOAUTH, WRONGPASS, NOPERM; some
+#: are ConnectionErrors in redis-py): never counted by the breaker, which
+#: would then answer for Redis as if it were down. `web.core` raises them.
+REFUSED = (
+    AuthenticationError,
+    AuthorizationError,
+    AuthenticationWrongNumberOfArgsError,
+    NoPermissionError,
+)
 
 #: Redis's answer within this many seconds, or the call counts as failed.
 DEFAULT_TIMEOUT = 0.1
@@ -128,7 +158,10 @@ class SyncGuard:
         self.breaker.admit()
         try:
             reply = self.limiter.run(command)
-        except (RedisConnectionError, RedisTimeoutError):
+        except REFUSED:
+            self.breaker.succeeded()  # Redis answered: a wrong password is not an outage
+            raise
+        except (RedisConnectionError, RedisTimeoutError, *IN_TRANSITION):
             self.breaker.failed()
             raise
         except Exception:
@@ -168,20 +201,28 @@ class AsyncGuard:
         )
         return AsyncRateLimiter(redis.asyncio.Redis(connection_pool=twin))
 
-    async def run(self, command: Command[T]) -> T:
+    def on_this_loop(self) -> AsyncRateLimiter:
+        """The twin client, made again when the running loop is new:
+        asyncio connections belong to the loop that made them, and a new
+        loop (Starlette's TestClient without `with` makes one per request;
+        an app built again in a test, with its own) needs a pool of its own."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
-            # asyncio connections belong to the loop that made them: a new
-            # loop (Starlette's TestClient without `with` makes one per
-            # request) gets a pool of its own.
             if self._loop is not None:
                 self.limiter = self._twin()
             self._loop = loop
+        return self.limiter
+
+    async def run(self, command: Command[T]) -> T:
+        self.on_this_loop()
         self.breaker.admit()
         try:
             # The budget bounds the whole call, retries and all.
             reply = await asyncio.wait_for(self.limiter.run(command), self.timeout)
-        except (RedisConnectionError, RedisTimeoutError):
+        except REFUSED:
+            self.breaker.succeeded()  # Redis answered: a wrong password is not an outage
+            raise
+        except (RedisConnectionError, RedisTimeoutError, *IN_TRANSITION):
             self.breaker.failed()
             raise
         except asyncio.TimeoutError as error:

@@ -12,7 +12,17 @@ from redis.cluster import RedisCluster
 from typing_extensions import Unpack
 
 from ..kinds import require_sync
-from .core import Limits, Request, Rule, RuleOptions, build_rule, claim_keys, decide
+from .core import (
+    Limits,
+    Request,
+    Rule,
+    RuleOptions,
+    build_rule,
+    claim_keys,
+    decide,
+    layered_headers,
+    restamp,
+)
 from .guard import sync_guard
 
 Environ = dict[str, Any]
@@ -54,6 +64,7 @@ class RateLimitWSGIMiddleware:
         redis: Redis | RedisCluster,
         limits: Limits | None = None,
         rule: Rule | None = None,
+        validate: bool = True,
         **options: Unpack[RuleOptions],
     ) -> None:
         require_sync(redis, "RateLimitWSGIMiddleware", "RateLimitMiddleware (ASGI)")
@@ -63,19 +74,22 @@ class RateLimitWSGIMiddleware:
         self.cluster = isinstance(redis, RedisCluster)
         if self.rule.scope is None:  # one given on purpose may be shared on purpose
             claim_keys(redis, self.rule, f"RateLimitWSGIMiddleware at {id(self):#x}")
+        if validate:  # the server's word on the rule, now: `Rule.check_at_startup`
+            self.rule.check_at_startup(self.guard.limiter.redis)
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         verdict = decide(self.rule, wsgi_request(environ), self.guard.run, self.cluster)
         if verdict.response is not None:
             response = verdict.response
-            start_response(f"{response.status} {response.reason}", response.headers)
+            headers = restamp(response.headers, layered_headers(environ))
+            start_response(f"{response.status} {response.reason}", headers)
             return [response.body]
-        if not verdict.headers:
-            return self.app(environ, start_response)
 
         def start_with_headers(
             status: str, headers: list[tuple[str, str]], exc_info: Any = None
         ) -> Any:
-            return start_response(status, [*headers, *verdict.headers], exc_info)
+            # Every rule's decision on this request, this one's and those
+            # of the app's own (a view's decorator), as one set of fields.
+            return start_response(status, restamp(headers, layered_headers(environ)), exc_info)
 
         return self.app(environ, start_with_headers)
