@@ -47,13 +47,7 @@ done
 if [ -n "${RL_MODULE:-}" ]; then
   module=$(realpath "$RL_MODULE")
 else
-  # Its own target directory: these flags would otherwise rebuild the normal
-  # release build.
-  echo "profile: building the module with line tables into $target" >&2
-  CARGO_TARGET_DIR=$target CARGO_PROFILE_RELEASE_DEBUG=line-tables-only \
-    CARGO_PROFILE_RELEASE_STRIP=none RUSTFLAGS="-C symbol-mangling-version=v0" \
-    cargo build --release
-  module=$(realpath "$target/release/libredis_ratelimit.so")
+  module=$(scripts/module-with-lines.sh "$target")
 fi
 floor=$(realpath "$(benches/floor/build.sh)")
 

@@ -30,6 +30,16 @@ pub fn module_path() -> PathBuf {
     path
 }
 
+/// How long a server may take to answer its first PING: `RL_START_TIMEOUT_S`
+/// seconds (a server under valgrind starts 20-50 times slower), or 10 s.
+fn start_timeout() -> Duration {
+    let seconds = std::env::var("RL_START_TIMEOUT_S")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
+    Duration::from_secs(seconds)
+}
+
 /// The server binary: `RL_SERVER` (e.g. a valkey-server), or redis-server.
 pub fn server_binary() -> String {
     std::env::var("RL_SERVER").unwrap_or_else(|_| "redis-server".to_string())
@@ -175,7 +185,7 @@ impl Server {
                 .spawn()
                 .expect("cannot start redis-server (is it installed? `make deps`)");
             self.child = Some(child);
-            if self.wait_ready(Duration::from_secs(10)) {
+            if self.wait_ready(start_timeout()) {
                 return;
             }
             self.kill();
