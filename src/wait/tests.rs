@@ -296,8 +296,10 @@ proptest! {
     }
 }
 
-#[test]
-fn a_token_due_exactly_at_the_deadline_is_allowed() {
+/// One waiter on an empty key whose token comes exactly at its deadline
+/// (50 ms), woken at `woken_ms` with the token there: how its wait ended, and
+/// the tokens left.
+fn due_at_the_deadline(woken_ms: i64) -> (Option<End>, i64) {
     let mut room = WaitRoom::<Ask>::default();
     let mut model = Model {
         budget: 10,
@@ -312,33 +314,20 @@ fn a_token_due_exactly_at_the_deadline_is_allowed() {
         Ask { cost: 1 },
         Some(50),
     );
-    model.now = 50;
+    model.now = woken_ms;
     model.tokens.insert(key(0), 1);
     tick(&mut room, &mut model);
-    assert_eq!(model.ends.get(&id), Some(&End::Allowed));
+    (model.ends.get(&id).copied(), model.tokens[&key(0)])
+}
+
+#[test]
+fn a_token_due_exactly_at_the_deadline_is_allowed() {
+    assert_eq!(due_at_the_deadline(50), (Some(End::Allowed), 0));
 }
 
 #[test]
 fn a_wake_up_late_past_the_deadline_times_out_and_takes_nothing() {
-    let mut room = WaitRoom::<Ask>::default();
-    let mut model = Model {
-        budget: 10,
-        ..Model::default()
-    };
-    model.tokens.insert(key(0), 0);
-    let id = room.arrive(
-        &mut model,
-        0,
-        vec![key(0)],
-        Some(50),
-        Ask { cost: 1 },
-        Some(50),
-    );
-    model.now = 170;
-    model.tokens.insert(key(0), 1);
-    tick(&mut room, &mut model);
-    assert_eq!(model.ends.get(&id), Some(&End::TimedOut));
-    assert_eq!(model.tokens[&key(0)], 1);
+    assert_eq!(due_at_the_deadline(170), (Some(End::TimedOut), 1));
 }
 
 #[test]
