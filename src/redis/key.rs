@@ -88,7 +88,7 @@ impl<'a> Key<'a> {
 
     /// Sets `value` in place of the key's value of another type, keeping
     /// the key's expiry (setting a value deletes the key first).
-    fn replace<T: Stored>(&self, value: T) -> Result<(), CommandError> {
+    fn replace<T: Stored>(&mut self, value: T) -> Result<(), CommandError> {
         let expires_at = self.expires_at();
         self.set(value)?;
         if let Some(at) = expires_at {
@@ -116,14 +116,16 @@ impl<'a> Key<'a> {
         self.key.ttl_ms()
     }
 
-    /// Deletes the key (opened for writing).
-    pub fn delete(&self) {
+    /// Deletes the key (opened for writing). `&mut self`: nothing read from
+    /// the value ([`Key::get`]) outlives it.
+    pub fn delete(&mut self) {
         self.key.delete();
     }
 
     /// Stores `value` in a key that holds nothing (or a value it replaces,
     /// which is freed), as a value of its own type.
-    pub fn set<A: Stored>(&self, value: A) -> Result<(), CommandError> {
+    /// `&mut self`: nothing read from the value it replaces outlives it.
+    pub fn set<A: Stored>(&mut self, value: A) -> Result<(), CommandError> {
         // Redis removes the value it replaces first: that is not a removal
         // for the waiters of this key (see `writing_own`).
         OWN_WRITE.with(|own| own.set(true));

@@ -113,8 +113,9 @@ impl<'a> OpenKey<'a> {
     }
 
     /// Stores `value` as the key's value (the key opened for writing),
-    /// replacing what it holds. False when Redis refuses it.
-    pub fn set_value<T: TypedValue>(&self, value: T) -> bool {
+    /// replacing (and freeing) what it holds: `&mut self`, so no value read
+    /// through [`OpenKey::holds`] outlives it. False when Redis refuses it.
+    pub fn set_value<T: TypedValue>(&mut self, value: T) -> bool {
         if self.ptr.is_null() {
             return false;
         }
@@ -157,8 +158,9 @@ impl<'a> OpenKey<'a> {
         }
     }
 
-    /// Deletes the key (opened for writing).
-    pub fn delete(&self) {
+    /// Deletes the key (opened for writing), freeing its value: `&mut self`,
+    /// so no value read through [`OpenKey::holds`] outlives it.
+    pub fn delete(&mut self) {
         if !self.ptr.is_null() {
             // SAFETY: `ptr` is a key opened for writing.
             unsafe { rm!(RedisModule_DeleteKey)(self.ptr) };
