@@ -12,6 +12,7 @@ interface FastifyRequestLike {
   ip?: string | undefined;
   headers: Record<string, string | string[] | undefined>;
   routeOptions?: { url?: string | undefined } | undefined;
+  server?: object | undefined;
 }
 
 interface FastifyReplyLike {
@@ -27,7 +28,14 @@ interface FastifyLike {
 }
 
 export function fastifyRequest(request: FastifyRequestLike): RequestInfo {
-  return { method: request.method, path: request.url, headers: request.headers, ip: request.ip, raw: request };
+  return {
+    method: request.method,
+    path: request.url,
+    headers: request.headers,
+    ip: request.ip,
+    raw: request,
+    trustsEveryProxy: (request.server as { initialConfig?: { trustProxy?: unknown } } | undefined)?.initialConfig?.trustProxy === true,
+  };
 }
 
 /** The plugin. Its options are the Express middleware's (`RuleOptions`). */
@@ -49,7 +57,10 @@ export function fastifyRateLimit(fastify: FastifyLike, options: RuleOptions, don
     }
     return undefined;
   });
-  done();
+  // The start-up check: a wrong password, a server without the module, a
+  // limit it refuses fail the registration (and so app.ready()); an outage
+  // does not (the fail mode deals with it).
+  void rule.started.then((error) => done(error));
 }
 
 // Not encapsulated (what fastify-plugin does), so the hook applies to the parent's routes.
