@@ -1,11 +1,12 @@
-// What a Redis outage costs a request through the middleware's rule:
-// refused connections and a hung server (SIGSTOP), ioredis and node-redis
-// with their default options; the first request, then p50 and p99 of the
-// next 100, and how long after the server is back the rule limits again.
+// What a Redis outage costs a request through each door (the middleware's
+// rule, the express-rate-limit store's increment, consume()): refused
+// connections and a hung server (SIGSTOP), ioredis and node-redis with
+// their default options; the first request, then p50 and p99 of the next
+// 100, and how long after the server is back the rule limits again.
 //   npm run bench:outage
 import { Redis } from "ioredis";
 import { createClient } from "redis";
-import { FixedWindow, type RequestInfo, Rule } from "../src/index.js";
+import { FixedWindow, RateLimiterRedis, RedisRatelimitStore, type RequestInfo, Rule } from "../src/index.js";
 import { Server, freePort, sleep } from "../test/servers.js";
 
 const request: RequestInfo = { method: "GET", path: "/", headers: {}, ip: "1.2.3.4", raw: null };
@@ -13,10 +14,14 @@ const logger = { warn: () => undefined, info: () => undefined };
 const pct = (xs: number[], p: number): number => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
 
 async function measure(name: string, rule: Rule): Promise<void> {
+  await measureCall(`${name} | middleware`, () => rule.decide(request));
+}
+
+async function measureCall(name: string, call: () => Promise<unknown>): Promise<void> {
   const times: number[] = [];
   for (let i = 0; i < 101; i++) {
     const t = performance.now();
-    await rule.decide(request);
+    await call().catch(() => undefined);
     times.push(performance.now() - t);
   }
   const first = times.shift()!;
@@ -46,8 +51,37 @@ function shut(client: Client): void {
   else void client.c.disconnect().catch(() => undefined);
 }
 
-console.log("| Redis | client | first request | then p50 | then p99 |");
-console.log("|---|---|---:|---:|---:|");
+/**
+ * The store and consume(), each on its own client (and, hung, its own
+ * server), so each meets the outage itself: `refused` a port nobody
+ * listens on, else a server stopped with SIGSTOP after one good call.
+ */
+async function doors(kind: "ioredis" | "node-redis", refused: boolean): Promise<void> {
+  for (const door of ["store", "consume"] as const) {
+    const server = refused ? undefined : await Server.start();
+    const client = await open(kind, server?.port ?? (await freePort()), !refused);
+    let call: () => Promise<unknown>;
+    if (door === "store") {
+      const store = new RedisRatelimitStore({ redis: client.c, prefix: `bench:${kind}:` });
+      store.init({ windowMs: 60_000, limit: 1_000_000 });
+      call = () => store.increment("k");
+    } else {
+      const limiter = new RateLimiterRedis({ storeClient: client.c, points: 1_000_000, duration: 60, keyPrefix: `bench-${kind}` });
+      call = () => limiter.consume("k");
+    }
+    if (server !== undefined) {
+      await call();
+      server.process.kill("SIGSTOP");
+    }
+    await measureCall(`${refused ? "refused" : "hung (SIGSTOP)"} | ${kind} | ${door}`, call);
+    server?.process.kill("SIGCONT");
+    shut(client);
+    server?.stop();
+  }
+}
+
+console.log("| Redis | client | door | first request | then p50 | then p99 |");
+console.log("|---|---|---|---:|---:|---:|");
 const recovery: string[] = [];
 for (const kind of ["ioredis", "node-redis"] as const) {
   const client = await open(kind, await freePort(), false);
@@ -67,6 +101,9 @@ for (const kind of ["ioredis", "node-redis"] as const) {
   recovery.push(`${kind}: limiting again ${(performance.now() - back).toFixed(0)} ms after SIGCONT`);
   shut(client);
   server.stop();
+}
+for (const refused of [true, false]) {
+  for (const kind of ["ioredis", "node-redis"] as const) await doors(kind, refused);
 }
 console.log(`\n${recovery.join("; ")} (the cool-down is 2000 ms)`);
 process.exit(0);
