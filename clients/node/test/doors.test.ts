@@ -220,7 +220,7 @@ describe("outages: the store and consume() have the middleware's budget and brea
     return { firstMs, p50: percentile(times, 50), p99: percentile(times, 99), errors };
   }
 
-  for (const how of ["refused", "hung (SIGSTOP)"] as const) {
+  for (const how of ["stopped (refused)", "hung (SIGSTOP)"] as const) {
     it(`Redis ${how}: a bounded first call, then microseconds with the breaker open`, async () => {
       const victim = await Server.start();
       const redis = new Redis({ port: victim.port, host: "127.0.0.1", maxRetriesPerRequest: null });
@@ -229,7 +229,7 @@ describe("outages: the store and consume() have the middleware's budget and brea
       store.init({ windowMs: 60_000, limit: 1_000_000 });
       const flexible = new RateLimiterRedis({ storeClient: redis, points: 1_000_000, duration: 60, keyPrefix: "out-flx" });
       await store.increment("warm");
-      if (how === "refused") victim.stop();
+      if (how === "stopped (refused)") victim.stop();
       else victim.process.kill("SIGSTOP");
       try {
         for (const [door, call] of [
@@ -243,7 +243,7 @@ describe("outages: the store and consume() have the middleware's budget and brea
           assert.ok(m.errors.every((e) => e instanceof CircuitOpenError), `${door}: ${String(m.errors.find((e) => !(e instanceof CircuitOpenError)))}`);
         }
       } finally {
-        if (how !== "refused") victim.process.kill("SIGCONT");
+        if (how !== "stopped (refused)") victim.process.kill("SIGCONT");
         redis.disconnect();
         victim.stop();
       }
