@@ -12,7 +12,6 @@ interface FastifyRequestLike {
   ip?: string | undefined;
   headers: Record<string, string | string[] | undefined>;
   routeOptions?: { url?: string | undefined } | undefined;
-  server?: object | undefined;
 }
 
 interface FastifyReplyLike {
@@ -27,15 +26,22 @@ interface FastifyLike {
   decorate?(name: string, value: unknown): unknown;
 }
 
-export function fastifyRequest(request: FastifyRequestLike): RequestInfo {
-  return {
-    method: request.method,
-    path: request.url,
-    headers: request.headers,
-    ip: request.ip,
-    raw: request,
-    trustsEveryProxy: (request.server as { initialConfig?: { trustProxy?: unknown } } | undefined)?.initialConfig?.trustProxy === true,
-  };
+export function fastifyRequest(request: FastifyRequestLike, trustsEveryProxy = false): RequestInfo {
+  return { method: request.method, path: request.url, headers: request.headers, ip: request.ip, raw: request, trustsEveryProxy };
+}
+
+/**
+ * Whether the instance was built with `trustProxy: true`. Fastify keeps its
+ * options under a symbol of its own (described `fastify.options`), not in
+ * `initialConfig`; false when they cannot be found.
+ */
+function trustsEveryProxy(fastify: object): boolean {
+  // An encapsulated instance (inside a `register` block) inherits the root's options.
+  for (let o: object | null = fastify; o !== null; o = Object.getPrototypeOf(o) as object | null) {
+    const symbol = Object.getOwnPropertySymbols(o).find((s) => s.description === "fastify.options");
+    if (symbol !== undefined) return ((o as Record<symbol, unknown>)[symbol] as { trustProxy?: unknown } | undefined)?.trustProxy === true;
+  }
+  return false;
 }
 
 /** The plugin. Its options are the Express middleware's (`RuleOptions`). */
@@ -47,8 +53,9 @@ export function fastifyRateLimit(fastify: FastifyLike, options: RuleOptions, don
     done(error as Error);
     return;
   }
+  const trustsAll = trustsEveryProxy(fastify);
   fastify.addHook("onRequest", async (request, reply) => {
-    const verdict = await rule.decide(fastifyRequest(request));
+    const verdict = await rule.decide(fastifyRequest(request, trustsAll));
     for (const [name, value] of Object.entries(verdict.headers)) {
       if (name !== "Content-Type") reply.header(name, value);
     }

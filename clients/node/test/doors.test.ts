@@ -568,6 +568,21 @@ describe("addresses: IPv6 grouped, one spelling each, not-an-ip refused, trust p
     }
   });
 
+  it("Fastify with trustProxy true: warned once", async () => {
+    const conn = await connect("node-redis", server.port);
+    const logger = recorder();
+    const app = Fastify({ trustProxy: true });
+    await app.register(fastifyRateLimit, { redis: conn.client, limits: new FixedWindow(100, "1m"), scope: "ftrust", logger });
+    app.get("/", () => "ok");
+    try {
+      for (let i = 0; i < 3; i++) await app.inject({ method: "GET", url: "/", headers: { "x-forwarded-for": `203.0.113.${i}` } });
+      assert.equal(logger.warnings.filter((w) => /trusts every proxy/.test(w)).length, 1);
+    } finally {
+      await app.close();
+      await conn.close();
+    }
+  });
+
   it("two client objects to one server: rules with other limits on the same keys are refused; the same app built again is not", () => {
     const one = new Redis({ port: server.port, host: "127.0.0.1" });
     const two = new Redis({ port: server.port, host: "127.0.0.1" });
