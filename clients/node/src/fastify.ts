@@ -24,7 +24,11 @@ interface FastifyReplyLike {
 interface FastifyLike {
   addHook(name: "onRequest", hook: (request: FastifyRequestLike, reply: FastifyReplyLike) => Promise<unknown>): unknown;
   decorate?(name: string, value: unknown): unknown;
+  hasDecorator?(name: string): boolean;
 }
+
+/** The rules each Fastify instance has, for its `rateLimitReset`. */
+const rulesOf = new WeakMap<object, Rule[]>();
 
 export function fastifyRequest(request: FastifyRequestLike, trustsEveryProxy = false): RequestInfo {
   return { method: request.method, path: request.url, headers: request.headers, ip: request.ip, raw: request, trustsEveryProxy };
@@ -54,6 +58,20 @@ export function fastifyRateLimit(fastify: FastifyLike, options: RuleOptions, don
     return;
   }
   const trustsAll = trustsEveryProxy(fastify);
+  // fastify.rateLimitReset(identity): every rule registered on this instance
+  // forgets the identity, in Redis and in its denial cache (rule.reset).
+  let rules = rulesOf.get(fastify);
+  if (rules === undefined) {
+    const mine: Rule[] = [];
+    rules = mine;
+    rulesOf.set(fastify, mine);
+    if (fastify.hasDecorator?.("rateLimitReset") !== true) {
+      fastify.decorate?.("rateLimitReset", async (identity: string) => {
+        for (const r of mine) await r.reset(identity);
+      });
+    }
+  }
+  rules.push(rule);
   fastify.addHook("onRequest", async (request, reply) => {
     const verdict = await rule.decide(fastifyRequest(request, trustsAll));
     for (const [name, value] of Object.entries(verdict.headers)) {

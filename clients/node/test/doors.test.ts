@@ -522,6 +522,24 @@ describe("resets: one identity, in Redis and in the denial caches", () => {
   });
 });
 
+describe("resets in Fastify", () => {
+  it("fastify.rateLimitReset(identity) lets a denied client in at once", async () => {
+    const conn = await connect("ioredis", server.port);
+    const app = Fastify();
+    await app.register(fastifyRateLimit, { redis: conn.client, limits: new FixedWindow(1, "1h"), scope: "freset", penalty: "1h", logger: recorder() });
+    app.get("/", () => "ok");
+    try {
+      const status = async () => (await app.inject({ method: "GET", url: "/", remoteAddress: "10.1.2.3" })).statusCode;
+      assert.deepEqual([await status(), await status(), await status()], [200, 429, 429]);
+      await (app as unknown as { rateLimitReset: (identity: string) => Promise<void> }).rateLimitReset("ip:10.1.2.3");
+      assert.equal(await status(), 200);
+    } finally {
+      await app.close();
+      await conn.close();
+    }
+  });
+});
+
 describe("addresses: IPv6 grouped, one spelling each, not-an-ip refused, trust proxy warned", () => {
   it("normaliseIp: spellings of one address and addresses of one /56 are one identity", () => {
     const one = ["2001:db8::1", "2001:db8:0:0::1", "2001:0db8::0001", "[2001:db8::1]", "[2001:db8::1]:443", "2001:db8:0:ff::9", "2001:DB8::1%eth0"];
