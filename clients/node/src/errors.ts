@@ -36,6 +36,26 @@ export class RateLimitExceeded extends Error {
   }
 }
 
+/**
+ * Redis refused the limiter for a reason no retry fixes: a wrong or missing
+ * password (`NOAUTH`, `WRONGPASS`), an ACL user without the module's
+ * commands (`NOPERM`), or a node-redis client that was never connected (or
+ * was closed). A configuration error, not an outage: never failed open on.
+ */
+export class RedisConfigurationError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "RedisConfigurationError";
+  }
+}
+
+/**
+ * A waiter (`BLOCK`) was unblocked by the server before its turn came
+ * (`UNBLOCKED`: its primary failed over, or `CLIENT UNBLOCK ... ERROR`):
+ * nothing was taken; ask again, on the new primary.
+ */
+export class WaitInterruptedError extends RateLimitError {}
+
 /** The limiter gave up waiting for Redis (the middleware's own time budget). */
 export class RedisTimeoutError extends Error {
   constructor(ms: number) {
@@ -63,30 +83,65 @@ export function isErrorReply(error: unknown): error is Error {
   return false;
 }
 
+const CONFIGURATION_REPLY = /^(NOAUTH|WRONGPASS|NOPERM)\b/;
+
+/**
+ * Whether `error` is a configuration error: an authentication or
+ * permission reply (also when a client hands it over as a connection
+ * error), or node-redis's "client is closed" (never connected, or quit:
+ * node-redis never reconnects such a client, so no retry helps).
+ */
+export function isConfigurationError(error: unknown): boolean {
+  if (error instanceof RedisConfigurationError) return true;
+  if (!(error instanceof Error) || error instanceof RateLimitError) return false;
+  if (CONFIGURATION_REPLY.test(error.message.trim())) return true;
+  return error.name === "ClientClosedError" || error.constructor.name === "ClientClosedError";
+}
+
 /**
  * Whether `error` means Redis cannot decide: it cannot be reached (refused,
- * closed, timed out, cluster down) or is at `maxmemory` and refuses a new
- * key. These, and only these, go to the middleware's fail-open/503 choice;
- * any other error reply (a bad limit, a WRONGTYPE key) is a bug to see.
+ * closed, timed out), a cluster is in transition (`CLUSTERDOWN`, a slot
+ * being migrated: `TRYAGAIN`, `MOVED`/`ASK` left over when the client's
+ * redirections ran out, `MASTERDOWN`, `READONLY` during a failover), or it
+ * is loading or at `maxmemory` and refuses a new key. These, and only
+ * these, go to the fail-open/503 choice and open the breaker; a
+ * configuration error (`isConfigurationError`) and any other error reply
+ * (a bad limit, a WRONGTYPE key) are not outages.
  */
 export function isUnreachable(error: unknown): boolean {
-  if (error instanceof RateLimitError) return false;
+  if (error instanceof RateLimitError || isConfigurationError(error)) return false;
   if (!isErrorReply(error)) return true;
-  return /^(CLUSTERDOWN|OOM|LOADING|MASTERDOWN|TRYAGAIN|READONLY)\b/.test(error.message);
+  return /^(CLUSTERDOWN|OOM|LOADING|MASTERDOWN|TRYAGAIN|READONLY|MOVED|ASK|BUSY)\b/.test(error.message.trim());
 }
 
 /** The exception to raise for an error reply to `command`. */
 export function translate(error: unknown, command: string): unknown {
+  if (error instanceof RateLimitError || error instanceof RedisConfigurationError) return error;
+  if (isConfigurationError(error)) return configurationError(error, command);
   if (!isErrorReply(error) || isUnreachable(error)) return error;
   const message = error.message.trim();
   if (message.startsWith("WRONGTYPE")) return new WrongTypeError(command, message, { cause: error });
+  if (message.startsWith("UNBLOCKED")) return new WaitInterruptedError(command, message, { cause: error });
   const text = message.replace(/^ERR /, "");
   if (/^unknown command/i.test(text)) {
+    // Redis quotes the first arguments (the key, with the client's address
+    // in it): left out, as this message may reach an HTTP client.
+    const name = text.replace(/,\s*with args beginning with:[\s\S]*$/i, "");
     return new ModuleNotLoadedError(
       command,
-      `${text} (is the redis-ratelimit module loaded on this server?)`,
+      `${name} (is the redis-ratelimit module loaded on this server?)`,
       { cause: error },
     );
   }
   return new InvalidArgumentError(command, text, { cause: error });
+}
+
+function configurationError(error: unknown, command: string): RedisConfigurationError {
+  const message = error instanceof Error ? error.message.trim() : String(error);
+  const fix = /^NOPERM/.test(message)
+    ? "the Redis user lacks a permission the limiter needs (the module's RL.* commands, and its keys)"
+    : /^(NOAUTH|WRONGPASS)/.test(message)
+      ? "the Redis client's password (or user) is wrong or missing"
+      : "the node-redis client is not connected: call await client.connect() before the app serves requests";
+  return new RedisConfigurationError(`${command}: ${message}: ${fix}`, { cause: error });
 }

@@ -12,6 +12,7 @@ export interface ExpressRequestLike {
   ip?: string | undefined;
   headers: Record<string, string | string[] | undefined>;
   socket?: { remoteAddress?: string | undefined } | undefined;
+  app?: { get?(setting: string): unknown } | undefined;
 }
 
 /** What the middleware writes on Node's response. */
@@ -26,8 +27,10 @@ export type ExpressMiddleware = ((
   res: ExpressResponseLike,
   next: (error?: unknown) => void,
 ) => void) & {
-  /** The rule behind the middleware (its breaker, `validate()`). */
+  /** The rule behind the middleware (its breaker, `validate()`, `started`). */
   rule: Rule;
+  /** Forgets an identity (`"ip:10.0.0.7"`) in Redis and in this process's denial cache: `rule.reset`. */
+  reset(identity: string): Promise<void>;
 };
 
 export function expressRequest(req: ExpressRequestLike): RequestInfo {
@@ -37,6 +40,7 @@ export function expressRequest(req: ExpressRequestLike): RequestInfo {
     headers: req.headers,
     ip: req.ip ?? req.socket?.remoteAddress,
     raw: req,
+    trustsEveryProxy: req.app?.get?.("trust proxy") === true,
   };
 }
 
@@ -62,5 +66,5 @@ export function rateLimit(options: RuleOptions): ExpressMiddleware {
       (error: unknown) => next(error),
     );
   };
-  return Object.assign(middleware, { rule });
+  return Object.assign(middleware, { rule, reset: (identity: string) => rule.reset(identity) });
 }

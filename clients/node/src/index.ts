@@ -23,10 +23,14 @@ export {
   ModuleNotLoadedError,
   RateLimitError,
   RateLimitExceeded,
+  RedisConfigurationError,
   RedisTimeoutError,
+  WaitInterruptedError,
   WrongTypeError,
+  isConfigurationError,
   isUnreachable,
 } from "./errors.js";
+export { CircuitBreaker, Guard, type GuardOptions, type Logger } from "./guard.js";
 export { type ExpressMiddleware, rateLimit } from "./express.js";
 export { fastifyRateLimit } from "./fastify.js";
 export { RateLimiterRedis, type RateLimiterRedisOptions, RateLimiterRes } from "./flexible.js";
@@ -43,10 +47,8 @@ export {
   TokenBucket,
 } from "./limits.js";
 export {
-  CircuitBreaker,
   type KeyFn,
   type LimitFor,
-  type Logger,
   type RequestInfo,
   Rule,
   type RuleOptions,
@@ -55,6 +57,9 @@ export {
   clientIp,
   forgetRules,
   forwardedIp,
+  ipKey,
+  type Ipv6Subnet,
+  normaliseIp,
 } from "./rule.js";
 export { type ClientRateLimitInfo, RedisRatelimitStore, type RedisRatelimitStoreOptions } from "./store.js";
 export { type Duration } from "./units.js";

@@ -4,7 +4,7 @@
  * tier of `RL.ALL` needs, and what the IETF `RateLimit-Policy` field states.
  */
 import { Policy } from "./decision.js";
-import { type Duration, decimalArg, durationArg, durationMs, integer, rate } from "./units.js";
+import { type Duration, decimalArg, durationArg, integer, rate, spanMs } from "./units.js";
 
 /** One argument of a command. */
 export type Arg = string | number;
@@ -98,7 +98,7 @@ abstract class Window extends Limit {
   constructor(limit: number, window: Duration, options?: LimitOptions) {
     super(options);
     this.limit = integer(limit, "limit");
-    this.#windowMs = durationMs(window, "window");
+    this.#windowMs = spanMs(window, "window");
     this.window = window;
   }
 
@@ -193,7 +193,7 @@ export class GCRA extends Limit {
     super(options);
     this.burst = integer(burst, "burst", 0);
     this.count = integer(count, "count");
-    this.#periodMs = durationMs(period, "period");
+    this.#periodMs = spanMs(period, "period");
     this.period = period;
     this.validate();
   }

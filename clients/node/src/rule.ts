@@ -6,11 +6,14 @@
  * validation, no two rules on one key).
  */
 import { createHash } from "node:crypto";
+import { isIP } from "node:net";
 import { type RedisAdapter, type RedisLike, adapt, keySlot } from "./adapter.js";
 import * as commands from "./commands.js";
 import type { Command } from "./commands.js";
 import { Decision, type Headers } from "./decision.js";
-import { CircuitOpenError, RedisTimeoutError, isUnreachable, translate } from "./errors.js";
+import { RedisConfigurationError, isUnreachable } from "./errors.js";
+import { claimKeys, forgetClaims } from "./claims.js";
+import { Alarm, type CircuitBreaker, Guard, type Logger, forgetBreaker, isStartupError } from "./guard.js";
 import { type Arg, Limit } from "./limits.js";
 import { type Duration, durationMs, integer } from "./units.js";
 
@@ -24,6 +27,12 @@ export interface RequestInfo {
   ip: string | undefined;
   /** The framework's request object. */
   raw: unknown;
+  /**
+   * True when the framework trusts every proxy (Express `trust proxy: true`,
+   * Fastify `trustProxy: true`): its address is then the left-most entry of
+   * `X-Forwarded-For`, which any client writes.
+   */
+  trustsEveryProxy?: boolean;
 }
 
 /**
@@ -34,8 +43,94 @@ export interface RequestInfo {
  */
 export type KeyFn = (request: RequestInfo) => string | null | undefined;
 
-/** The client's address (`req.ip`): behind a proxy, the proxy's unless the framework trusts it. */
-export const clientIp: KeyFn = (request) => (request.ip ? `ip:${request.ip}` : undefined);
+/** Key functions that read the client's address: a rule warns when the framework trusts every proxy. */
+const readsAddress = new WeakSet<KeyFn>();
+
+/** How IPv6 clients are grouped: the prefix length (1 to 128) counted as one client, or false for every address on its own. */
+export type Ipv6Subnet = number | false;
+
+/** The 8 groups of an IPv6 address (`::` expanded, a dotted IPv4 tail read), or undefined. */
+function ipv6Groups(address: string): number[] | undefined {
+  let text = address;
+  let tail: number[] = [];
+  const dotted = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(text);
+  if (dotted !== null) {
+    const v4 = dotted.slice(1, 5).map(Number) as [number, number, number, number];
+    tail = [(v4[0] << 8) | v4[1], (v4[2] << 8) | v4[3]];
+    text = `${text.slice(0, dotted.index)}0:0`; // two groups held for the IPv4 tail
+  }
+  const halves = text.split("::");
+  if (halves.length > 2) return undefined;
+  const part = (p: string): number[] => (p === "" ? [] : p.split(":").map((g) => (/^[0-9a-f]{1,4}$/i.test(g) ? parseInt(g, 16) : NaN)));
+  const front = part(halves[0] ?? "");
+  const back = halves.length === 2 ? part(halves[1] ?? "") : [];
+  const groups = halves.length === 2 ? [...front, ...Array<number>(Math.max(0, 8 - front.length - back.length)).fill(0), ...back] : front;
+  if (groups.length !== 8 || groups.some((g) => Number.isNaN(g))) return undefined;
+  if (tail.length === 2) groups.splice(6, 2, ...tail);
+  return groups;
+}
+
+/**
+ * One spelling per client: brackets, a port and an IPv6 zone taken off, an
+ * IPv4-mapped IPv6 address (`::ffff:10.0.0.7`) as its IPv4 address, and an
+ * IPv6 address as its first `ipv6Subnet` bits, every group written in full
+ * (`2001:db8:0:0:0:0:0:0/56`), so every spelling of one address, and every
+ * address of one subnet, is one identity. Undefined for what is not an IP
+ * address.
+ */
+export function normaliseIp(address: string, ipv6Subnet: Ipv6Subnet = 56): string | undefined {
+  let a = address.trim();
+  if (a.startsWith("[")) {
+    const end = a.indexOf("]");
+    if (end < 0) return undefined;
+    a = a.slice(1, end);
+  }
+  const v4port = /^(\d+\.\d+\.\d+\.\d+):\d+$/.exec(a);
+  if (v4port !== null) a = v4port[1] ?? a;
+  const zone = a.indexOf("%");
+  if (zone >= 0) a = a.slice(0, zone);
+  const kind = isIP(a);
+  if (kind === 4) return a;
+  if (kind !== 6) return undefined;
+  const groups = ipv6Groups(a);
+  if (groups === undefined) return undefined;
+  const [g6 = 0, g7 = 0] = groups.slice(6);
+  if (groups.slice(0, 5).every((g) => g === 0) && groups[5] === 0xffff) {
+    return [g6 >> 8, g6 & 0xff, g7 >> 8, g7 & 0xff].join(".");
+  }
+  if (ipv6Subnet === false) return groups.map((g) => g.toString(16)).join(":");
+  const masked = groups.map((g, i) => {
+    const bits = Math.min(16, Math.max(0, ipv6Subnet - i * 16));
+    return bits === 16 ? g : g & ((0xffff << (16 - bits)) & 0xffff);
+  });
+  return `${masked.map((g) => g.toString(16)).join(":")}/${ipv6Subnet}`;
+}
+
+function checkSubnet(ipv6Subnet: unknown): Ipv6Subnet {
+  if (ipv6Subnet === false) return false;
+  const bits = integer(ipv6Subnet, "ipv6Subnet");
+  if (bits > 128) throw new RangeError(`ipv6Subnet must be from 1 to 128, or false, not ${bits}`);
+  return bits;
+}
+
+/**
+ * The client's address as the framework computed it (`req.ip`: behind a
+ * proxy, the proxy's unless the framework trusts it), normalised, IPv6
+ * grouped by `ipv6Subnet` (default 56, as express-rate-limit 8). What is
+ * not an IP address counts as "cannot tell" (undefined).
+ */
+export function ipKey(options: { ipv6Subnet?: Ipv6Subnet } = {}): KeyFn {
+  const subnet = checkSubnet(options.ipv6Subnet ?? 56);
+  const fn: KeyFn = (request) => {
+    const ip = request.ip ? normaliseIp(request.ip, subnet) : undefined;
+    return ip === undefined ? undefined : `ip:${ip}`;
+  };
+  readsAddress.add(fn);
+  return fn;
+}
+
+/** The client's address, IPv6 grouped by /56: `ipKey()`. */
+export const clientIp: KeyFn = ipKey();
 
 function header(request: RequestInfo, name: string): string | undefined {
   const value = request.headers[name.toLowerCase()];
@@ -47,15 +142,23 @@ function header(request: RequestInfo, name: string): string | undefined {
  * places from the right of `header`. Only for apps behind that many proxies,
  * each appending to it: entries further left are whatever the client sent.
  */
-export function forwardedIp(trustedProxies = 1, headerName = "x-forwarded-for"): KeyFn {
+export function forwardedIp(
+  trustedProxies = 1,
+  headerName = "x-forwarded-for",
+  options: { ipv6Subnet?: Ipv6Subnet } = {},
+): KeyFn {
   integer(trustedProxies, "trustedProxies");
+  const subnet = checkSubnet(options.ipv6Subnet ?? 56);
+  const fromPeer = ipKey({ ipv6Subnet: subnet });
   return (request) => {
     const hops = (header(request, headerName) ?? "")
       .split(",")
       .map((h) => h.trim())
       .filter((h) => h !== "");
     const hop = hops[hops.length - trustedProxies];
-    return hop !== undefined ? `ip:${hop}` : clientIp(request);
+    if (hop === undefined) return fromPeer(request);
+    const ip = normaliseIp(hop, subnet);
+    return ip === undefined ? undefined : `ip:${ip}`;
   };
 }
 
@@ -65,11 +168,13 @@ export function forwardedIp(trustedProxies = 1, headerName = "x-forwarded-for"):
  * one (`null`: leave those unlimited).
  */
 export function apiKey(headerName = "x-api-key", fallback: KeyFn | null = clientIp): KeyFn {
-  return (request) => {
+  const fn: KeyFn = (request) => {
     const value = header(request, headerName);
     if (!value) return fallback === null ? null : fallback(request);
     return `key:${createHash("sha256").update(value).digest("hex").slice(0, 32)}`;
   };
+  if (fallback !== null && readsAddress.has(fallback)) readsAddress.add(fn);
+  return fn;
 }
 
 /** What to do with one request. */
@@ -83,10 +188,7 @@ export interface LimitFor {
   key: KeyFn;
 }
 
-export interface Logger {
-  warn(message: string): void;
-  info?(message: string): void;
-}
+export type { Logger };
 
 export interface RuleOptions {
   /** The Redis client: ioredis or node-redis, single or cluster. */
@@ -120,8 +222,13 @@ export interface RuleOptions {
   timeoutMs?: number;
   /** After a failure, how long requests skip Redis before one probes it (ms, default 2000). */
   cooldownMs?: number;
-  /** Answer known denials locally until their retry time (default true; `{ maxEntries }` to size it). */
-  denialCache?: boolean | { maxEntries?: number };
+  /**
+   * Answer known denials locally until their retry time, or for at most
+   * `maxAgeMs` (default 1000): how long a reset elsewhere (another process,
+   * an operator's `DEL`) can take to reach this process. Default true;
+   * `{ maxEntries, maxAgeMs }` to size it.
+   */
+  denialCache?: boolean | { maxEntries?: number; maxAgeMs?: number };
   /** Where warnings go (default `console`). */
   logger?: Logger;
 }
@@ -146,81 +253,24 @@ const RULE_OPTIONS = new Set([
   "logger",
 ]);
 
-/** The circuit breaker of one Redis client, shared by every rule on it. */
-export class CircuitBreaker {
-  private openUntil = 0;
-  private probing = false;
-  lastError: unknown;
-
-  constructor(readonly cooldownMs: number) {}
-
-  /** Whether a request may ask Redis now: closed, or the one probe after the cool-down. */
-  allow(now: number): boolean {
-    if (this.openUntil === 0) return true;
-    if (now < this.openUntil || this.probing) return false;
-    this.probing = true;
-    return true;
-  }
-
-  success(): void {
-    this.openUntil = 0;
-    this.probing = false;
-  }
-
-  failure(error: unknown, now: number): void {
-    this.lastError = error;
-    this.openUntil = now + this.cooldownMs;
-    this.probing = false;
-  }
-
-  get open(): boolean {
-    return this.openUntil !== 0;
-  }
-}
-
-const breakers = new WeakMap<object, CircuitBreaker>();
-const claimedKeys = new WeakMap<object, Set<string>>();
-
-/** Sends `command` within `timeoutMs`, through the breaker. */
-export async function guarded<T>(
-  adapter: RedisAdapter,
-  breaker: CircuitBreaker,
-  command: Command<T>,
-  timeoutMs: number,
-): Promise<T> {
-  if (!breaker.allow(performance.now())) throw new CircuitOpenError(breaker.lastError);
-  const sent = adapter.send([command.name, ...command.args], command.keys[0]);
-  sent.catch(() => undefined); // answered after the budget: nobody waits for it any more
-  let timer: NodeJS.Timeout | undefined;
-  const budget = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new RedisTimeoutError(timeoutMs)), timeoutMs);
-  });
-  try {
-    const reply = await Promise.race([sent, budget]);
-    breaker.success();
-    return command.parse(reply);
-  } catch (error) {
-    if (isUnreachable(error)) {
-      breaker.failure(error, performance.now());
-      throw error;
-    }
-    breaker.success(); // an error reply: Redis is there
-    throw translate(error, command.name);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
 interface Cached {
   until: number;
   at: number;
   decision: Decision;
 }
 
-/** Known denials, answered without a round trip until their retry time. */
+/**
+ * Known denials, answered without a round trip until their retry time, or
+ * for at most `maxAgeMs`: an entry is asked again after that, so an
+ * operator's reset (`DEL`, `FLUSHALL`, another process's `reset`) reaches
+ * this process within `maxAgeMs`, however long the denial was.
+ */
 class DenialCache {
   private readonly entries = new Map<string, Cached>();
-  constructor(private readonly maxEntries: number) {}
+  constructor(
+    private readonly maxEntries: number,
+    private readonly maxAgeMs: number,
+  ) {}
 
   get(key: string, now: number): Decision | undefined {
     const hit = this.entries.get(key);
@@ -245,7 +295,14 @@ class DenialCache {
       const oldest = this.entries.keys().next();
       if (!oldest.done) this.entries.delete(oldest.value);
     }
-    this.entries.set(key, { until: now + decision.retryAfterMs, at: now, decision });
+    this.entries.set(key, { until: now + Math.min(decision.retryAfterMs, this.maxAgeMs), at: now, decision });
+  }
+
+  /** Forgets every entry that names one of `keys`. */
+  forget(keys: ReadonlySet<string>): void {
+    for (const cacheKey of [...this.entries.keys()]) {
+      if (cacheKey.split("\n").some((k) => keys.has(k))) this.entries.delete(cacheKey);
+    }
   }
 
   get size(): number {
@@ -264,11 +321,20 @@ export class Rule {
   readonly names: readonly string[];
   private readonly tiers: ReadonlyArray<{ limit: Limit; key?: KeyFn }>;
   readonly breaker: CircuitBreaker;
+  private readonly guard: Guard;
+  private readonly alarm: Alarm;
+  /**
+   * Settles when the start-up check (one `RL.PEEK` per limit, sent when the
+   * rule is built) has answered: with the configuration error it found
+   * (logged once, loudly), or undefined. Never rejects.
+   */
+  readonly started: Promise<Error | undefined>;
   private readonly options: RuleOptions;
   private readonly cache: DenialCache | undefined;
   private readonly logger: Logger;
   private readonly timeoutMs: number;
   private warnedMissing = false;
+  private warnedTrust = false;
   private lastOutageLog = -Infinity;
   private outages = 0;
 
@@ -314,48 +380,78 @@ export class Rule {
     if (prefix === "" || /[{}]/.test(prefix) || (options.scope !== undefined && /[{}]/.test(options.scope))) {
       throw new TypeError("prefix must be non-empty, and prefix and scope without braces (the identity is the hash tag)");
     }
-    this.timeoutMs = integer(options.timeoutMs ?? 200, "timeoutMs");
-    const cooldown = integer(options.cooldownMs ?? 2000, "cooldownMs");
-    let breaker = breakers.get(this.adapter.client);
-    if (breaker === undefined) {
-      breaker = new CircuitBreaker(cooldown);
-      breakers.set(this.adapter.client, breaker);
-    }
-    this.breaker = breaker;
+    this.guard = new Guard(options.redis, { timeoutMs: options.timeoutMs, cooldownMs: options.cooldownMs });
+    this.timeoutMs = this.guard.timeoutMs;
+    this.breaker = this.guard.breaker;
     const cache = options.denialCache ?? true;
+    if (cache !== true && cache !== false && (cache === null || typeof cache !== "object")) {
+      throw new TypeError("denialCache must be true, false or { maxEntries, maxAgeMs }");
+    }
     this.cache =
       cache === false || options.shadow === true
         ? undefined
-        : new DenialCache(integer(cache === true ? 10_000 : (cache.maxEntries ?? 10_000), "denialCache.maxEntries"));
+        : new DenialCache(
+            integer(cache === true ? 10_000 : (cache.maxEntries ?? 10_000), "denialCache.maxEntries"),
+            integer(cache === true ? 1000 : (cache.maxAgeMs ?? 1000), "denialCache.maxAgeMs"),
+          );
     this.logger = options.logger ?? console;
-    // Two rules on one Redis client writing the same keys would share their
-    // counts without anyone asking for it: refused here, at start-up.
-    let claimed = claimedKeys.get(this.adapter.client);
-    if (claimed === undefined) {
-      claimed = new Set();
-      claimedKeys.set(this.adapter.client, claimed);
-    }
+    this.alarm = new Alarm(this.logger, `rule ${this.names.join(", ")}`);
+    // Two rules on one Redis client (or server) writing the same keys would
+    // share their counts without anyone asking for it: refused here, at start-up.
     const mine = this.names.map((name) => `${prefix}:{*}:${options.scope === undefined ? "" : `${options.scope}:`}${name}`);
-    const taken = mine.filter((k) => claimed.has(k));
-    if (taken.length > 0) {
-      throw new Error(
-        `another rule on this Redis client already writes ${taken.join(", ")}: the two would share their counts. ` +
-          "Give one of them its own scope (scope: 'route-name') or prefix.",
-      );
-    }
-    for (const k of mine) claimed.add(k);
+    claimKeys(
+      this.adapter,
+      mine,
+      JSON.stringify([this.limits.map((l) => [l.word, ...l.spec.params]), options.penalty ?? null, options.cost ?? 1]),
+      "rule",
+      "Give one of them its own scope (scope: 'route-name') or prefix.",
+    );
     this.fixedWords = this.optionWords(typeof options.cost === "number" ? options.cost : 1);
     this.keyBase = (identity) => `${prefix}:{${identity}}:${options.scope === undefined ? "" : `${options.scope}:`}`;
+    this.started = this.guard.startupError(this.peeks()).then((error) => {
+      if (error !== undefined) this.raise(error);
+      return error;
+    });
+  }
+
+  private peeks(): Array<Command<Decision>> {
+    return this.limits.map((limit, i) => commands.peek(this.keyBase("validate") + (this.names[i] ?? ""), limit));
+  }
+
+  /** Says a configuration error once, with what requests get until it is fixed. */
+  private raise(error: Error): void {
+    this.alarm.raise(
+      error,
+      error instanceof RedisConfigurationError
+        ? "Requests get an error (500) until it is fixed: never let through unlimited."
+        : (this.options.failOpen ?? true)
+          ? "Requests are let through unlimited (failOpen) until it is fixed."
+          : "Requests are answered 503 (failOpen: false) until it is fixed.",
+    );
+  }
+
+  /**
+   * Forgets `identity` (what the key function returns, e.g. `"ip:10.0.0.7"`):
+   * deletes its keys of every limit of this rule in Redis, and its denials
+   * in this process's cache. Other processes' caches ask Redis again within
+   * `denialCache.maxAgeMs` (1 s by default).
+   */
+  async reset(identity: string): Promise<void> {
+    if (typeof identity !== "string" || identity === "") throw new TypeError("reset needs the identity, a non-empty string");
+    const keys = this.names.map((name) => this.keyBase(identity) + name);
+    this.cache?.forget(new Set(keys));
+    await this.adapter.send(["DEL", ...keys], keys[0]);
   }
 
   private readonly keyBase: (identity: string) => string;
 
-  /** PEEKs each limit once, so a limit the server refuses fails at boot, not per request. */
+  /**
+   * PEEKs each limit once, so a limit the server refuses fails at boot, not
+   * per request: throws any error, an outage included (the rule's own
+   * start-up check, `started`, does not count an outage as one).
+   */
   async validate(): Promise<void> {
-    const k = `${this.keyBase("validate")}`;
-    for (const [i, limit] of this.limits.entries()) {
-      await guarded(this.adapter, this.breaker, commands.peek(k + (this.names[i] ?? ""), limit), Math.max(this.timeoutMs, 2000));
-    }
+    for (const command of this.peeks()) await this.guard.send(command, Math.max(this.timeoutMs, 2000));
   }
 
   /**
@@ -367,13 +463,22 @@ export class Rule {
   plan(request: RequestInfo): { commands: Command<Decision>[]; cacheKey: string } | null | "refuse" {
     const pairs: Array<readonly [string, Limit]> = [];
     for (const [i, tier] of this.tiers.entries()) {
-      let identity = (tier.key ?? this.options.key ?? clientIp)(request);
+      const keyFn = tier.key ?? this.options.key ?? clientIp;
+      if (request.trustsEveryProxy === true && !this.warnedTrust && readsAddress.has(keyFn)) {
+        this.warnedTrust = true;
+        this.logger.warn(
+          "redis-ratelimit: the framework trusts every proxy (Express 'trust proxy' true, Fastify trustProxy true), so the " +
+            "client's address is the left-most X-Forwarded-For entry, which any client writes: each request can choose its " +
+            "own identity and escape the limit. Trust the number of proxies you run (app.set('trust proxy', 1)), or use forwardedIp(n).",
+        );
+      }
+      let identity = keyFn(request);
       if (identity === null) continue;
       if (identity === undefined || identity === "") {
         if (!this.warnedMissing) {
           this.warnedMissing = true;
           this.logger.warn(
-            `redis-ratelimit: cannot tell who sent ${request.method} ${request.path} (no client address: a unix socket, ` +
+            `redis-ratelimit: cannot tell who sent ${request.method} ${request.path} (no client address, or not an IP address: a unix socket, ` +
               `or a proxy not trusted?); ${this.options.onMissingIdentity === "refuse" ? "such requests are refused (403)" : "such requests share one identity, 'unknown'"}. ` +
               "Give a key function that reads your proxy's header (forwardedIp) or return null to exempt requests on purpose.",
           );
@@ -423,12 +528,21 @@ export class Rule {
       const decisions: Decision[] = [];
       try {
         for (const command of plan.commands) {
-          const d = await guarded(this.adapter, this.breaker, command, this.timeoutMs);
+          const d = await this.guard.send(command);
           decisions.push(d);
           if (!d.allowed) break; // the slots after it are not asked, so take nothing
         }
       } catch (error) {
         if (isUnreachable(error)) return this.unreachable(error);
+        if (error instanceof RedisConfigurationError) {
+          this.raise(error);
+          throw error; // never failed open on: the framework answers 500
+        }
+        if (isStartupError(error)) {
+          // A server without the module, or refusing the limit: said once, then the fail mode.
+          this.raise(error);
+          return this.failMode();
+        }
         throw error;
       }
       decision = plan.commands.length === 1 ? decisions[0]! : combine(decisions);
@@ -477,7 +591,11 @@ export class Rule {
       this.lastOutageLog = now;
       this.outages = 0;
     }
-    if (failOpen) return { action: "pass", headers: {} };
+    return this.failMode();
+  }
+
+  private failMode(): Verdict {
+    if (this.options.failOpen ?? true) return { action: "pass", headers: {} };
     return text(503, "Service unavailable: the rate limiter cannot be reached.\n", {});
   }
 }
@@ -510,6 +628,6 @@ function text(status: number, body: string, headers: Headers): Verdict {
 
 /** Releases the keys a rule claimed on its client (for tests and hot reloads). */
 export function forgetRules(redis: RedisLike): void {
-  claimedKeys.delete(adapt(redis).client);
-  breakers.delete(adapt(redis).client);
+  forgetClaims(adapt(redis));
+  forgetBreaker(redis);
 }

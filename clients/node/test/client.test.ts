@@ -10,10 +10,11 @@ import {
   RateLimiter,
   SlidingCounter,
   TokenBucket,
+  WaitInterruptedError,
   WrongTypeError,
 } from "../src/index.js";
 import { type Connected, KINDS, connect } from "./clients.js";
-import { Server } from "./servers.js";
+import { Server, rawCommand, sleep } from "./servers.js";
 
 let server: Server;
 before(async () => {
@@ -288,6 +289,29 @@ describe("a server without the module", () => {
     } finally {
       await conn.close();
       bare.stop();
+    }
+  });
+});
+
+describe("a waiter unblocked by a failover", () => {
+  it("gets a WaitInterruptedError (UNBLOCKED), not a plain error reply", async () => {
+    const primary = await Server.start();
+    const replica = await Server.start({ args: ["--replicaof", "127.0.0.1", String(primary.port)] });
+    const conn = await connect("ioredis", primary.port);
+    try {
+      for (let i = 0; i < 100 && !(await rawCommand(primary.port, "INFO", "replication")).includes("state=online"); i++) await sleep(50);
+      const limiter = new RateLimiter(conn.client);
+      await limiter.tokenBucket("waiter", 1, 0.1);
+      const waiting = limiter.tokenBucket("waiter", 1, 0.1, { block: 20_000 }).catch((e: unknown) => e);
+      await sleep(200);
+      assert.match(await rawCommand(primary.port, "FAILOVER"), /^\+OK/);
+      const error = await waiting;
+      assert.ok(error instanceof WaitInterruptedError, JSON.stringify(error));
+      assert.match(error.message, /UNBLOCKED/);
+    } finally {
+      await conn.close();
+      replica.stop();
+      primary.stop();
     }
   });
 });

@@ -1,7 +1,17 @@
 /** The adapters over a three-primary Redis Cluster the test starts itself. */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { FixedWindow, RateLimiter, Rule, TokenBucket, keySlot } from "../src/index.js";
+import {
+  CircuitOpenError,
+  FixedWindow,
+  RateLimiter,
+  RateLimiterRedis,
+  RedisRatelimitStore,
+  Rule,
+  TokenBucket,
+  isUnreachable,
+  keySlot,
+} from "../src/index.js";
 import { CLUSTER_KINDS, type Connected, connectCluster } from "./clients.js";
 import { Cluster, rawCommand } from "./servers.js";
 
@@ -116,6 +126,42 @@ describe("a rule of several identities on a cluster", () => {
       assert.equal(verdicts[0]!.headers["RateLimit-Policy"], '"per-key";q=2;w=60, "per-ip";q=5;w=60');
     } finally {
       await conn.close();
+    }
+  });
+});
+
+describe("a cluster in transition is an outage (issue 30 item 16)", () => {
+  /** The port of the primary serving `slot`: the one node that does not redirect a key of it. */
+  async function owner(key: string): Promise<number> {
+    for (const p of cluster.ports) if (!(await rawCommand(p, "GET", key)).startsWith("-MOVED")) return p;
+    throw new Error(`no node serves ${key}`);
+  }
+
+  it("a MOVED/ASK loop (a slot marked migrating to a node that does not import it): fail mode, breaker open, in every door", async () => {
+    const key = "rl:{ip:10.7.7.7}:mig:fixedwindow";
+    const slot = String(keySlot(key));
+    const from = await owner(key);
+    const to = cluster.ports.find((p) => p !== from)!;
+    const toId = (await rawCommand(to, "CLUSTER", "MYID")).split("\r\n")[1]!;
+    const conn = await connectCluster("node-redis", cluster.ports);
+    const other = await connectCluster("ioredis", cluster.ports);
+    assert.match(await rawCommand(from, "CLUSTER", "SETSLOT", slot, "MIGRATING", toId), /^\+OK/);
+    try {
+      const rule = new Rule({ redis: conn.client, limits: new FixedWindow(5, "1m"), scope: "mig", logger: { warn: () => undefined } });
+      const request = { method: "GET", path: "/", headers: {}, ip: "10.7.7.7", raw: null };
+      const verdict = await rule.decide(request);
+      assert.equal(verdict.action, "pass", "failed open, not a 500");
+      assert.equal(rule.breaker.open, true, "the breaker counted it");
+      const store = new RedisRatelimitStore({ redis: other.client, prefix: "rl:{ip:10.7.7.7}:erl:", timeoutMs: 1000 });
+      store.init({ windowMs: 60_000, limit: 5 });
+      await assert.rejects(store.increment("k"), (e: unknown) => isUnreachable(e));
+      await assert.rejects(store.increment("k"), CircuitOpenError);
+      const flexible = new RateLimiterRedis({ storeClient: conn.client, keyPrefix: "rl:{ip:10.7.7.7}:flx", points: 5, duration: 60 });
+      await assert.rejects(flexible.consume("k"), CircuitOpenError);
+    } finally {
+      await rawCommand(from, "CLUSTER", "SETSLOT", slot, "STABLE");
+      await conn.close();
+      await other.close();
     }
   });
 });

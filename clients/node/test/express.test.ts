@@ -10,6 +10,7 @@ import { Redis } from "ioredis";
 import { parseList } from "structured-headers";
 import {
   FixedWindow,
+  GCRA,
   InvalidArgumentError,
   type Logger,
   RateLimiter,
@@ -166,7 +167,7 @@ describe("Express middleware", () => {
   });
 
   it("validate() asks the server once, so a limit it refuses fails at boot", async () => {
-    const mw = rateLimit({ redis: conn.client, scope: "v", limits: new TokenBucket(5, 1e-300) });
+    const mw = rateLimit({ redis: conn.client, scope: "v", limits: new GCRA(0, 2_000_000_000, "1s"), logger: quietLogger() });
     await assert.rejects(mw.rule.validate(), InvalidArgumentError);
     const good = rateLimit({ redis: conn.client, scope: "v2", limits: new TokenBucket(5, 1) });
     await good.rule.validate();
@@ -185,7 +186,7 @@ describe("Express middleware", () => {
 
   it("the local denial cache answers known denials without Redis, headers still exact", async () => {
     const app = express();
-    app.use(rateLimit({ redis: conn.client, scope: "dc", limits: new FixedWindow(5, "1h") }));
+    app.use(rateLimit({ redis: conn.client, scope: "dc", limits: new FixedWindow(5, "1h"), denialCache: { maxAgeMs: 60_000 } }));
     app.get("/", (_req, res) => res.send("ok"));
     const http = await listen(app);
     try {

@@ -78,12 +78,13 @@ export class Server {
     this.dir = mkdtempSync(join(tmpdir(), "rl-nodetest-"));
   }
 
-  static async start(options: { cluster?: boolean; module?: boolean } = {}): Promise<Server> {
+  /** `args`: more server options (`--requirepass`, `--replicaof`); `password`: what the readiness PING sends first. */
+  static async start(options: { cluster?: boolean; module?: boolean; args?: string[]; password?: string } = {}): Promise<Server> {
     const s = new Server();
     s.port = await freePort();
     const args = ["--port", String(s.port), "--bind", "127.0.0.1", "--dir", s.dir, "--save", "", "--appendonly", "no"];
     if (options.module !== false) args.push("--loadmodule", modulePath());
-    args.push("--logfile", join(s.dir, "server.log"));
+    args.push("--logfile", join(s.dir, "server.log"), ...(options.args ?? []));
     if (options.cluster === true) {
       args.push("--cluster-enabled", "yes", "--cluster-port", String(await freePort()), "--cluster-node-timeout", "1000");
     }
@@ -91,6 +92,7 @@ export class Server {
     try {
       await waitFor("redis-server to answer PING", 10_000, async () => {
         if (s.process.exitCode !== null) throw new Error(`redis-server exited; its log:\n${s.log()}`);
+        if (options.password !== undefined) return (await rawCommand(s.port, "AUTH", options.password)).startsWith("+OK");
         return (await rawCommand(s.port, "PING")).startsWith("+PONG");
       });
     } catch (error) {
