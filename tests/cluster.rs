@@ -240,13 +240,18 @@ enum Move {
     /// between the `MIGRATE` and the `SETSLOT NODE`, while the slot is
     /// still migrating: they are asked (`ASK`) to the new node.
     ByHand,
+    /// By hand, the new node made the slot's owner first, then `MIGRATE`
+    /// and `SETSLOT NODE` sent to the old one in one pipeline: waiters are
+    /// answered after the old node gave the slot up, and are `MOVED`.
+    ByHandAtOnce,
 }
 
 /// A waited limit: what empties it on the first node, what its waiters
 /// send, and its keys (one hash slot: `{t644}`, slot 7).
 struct Waited {
     keys: &'static [&'static str],
-    empty: &'static [&'static str],
+    /// The requests that empty it (each allowed).
+    empty: &'static [&'static [&'static str]],
     /// A waiter's command, without `BLOCK`.
     wait: &'static [&'static str],
     waiters: usize,
@@ -254,9 +259,55 @@ struct Waited {
 
 const TOKEN_BUCKET: Waited = Waited {
     keys: &["{t644}:k"],
-    empty: &["RL.TOKENBUCKET", "{t644}:k", "100", "0.01", "COST", "100"],
+    empty: &[&["RL.TOKENBUCKET", "{t644}:k", "100", "0.01", "COST", "100"]],
     wait: &["RL.TOKENBUCKET", "{t644}:k", "100", "0.01"],
     waiters: 20,
+};
+
+/// Two tiers in one `RL.ALL`: a token bucket and a fixed window.
+const TWO_TIERS: Waited = Waited {
+    keys: &["{t644}:s", "{t644}:m"],
+    empty: &[&[
+        "RL.ALL",
+        "2",
+        "{t644}:s",
+        "{t644}:m",
+        "TOKENBUCKET",
+        "100",
+        "0.01",
+        "FIXEDWINDOW",
+        "100",
+        "3600",
+        "COST",
+        "100",
+    ]],
+    wait: &[
+        "RL.ALL",
+        "2",
+        "{t644}:s",
+        "{t644}:m",
+        "TOKENBUCKET",
+        "100",
+        "0.01",
+        "FIXEDWINDOW",
+        "100",
+        "3600",
+    ],
+    waiters: 5,
+};
+
+/// Five leases of ten minutes, all taken.
+const LEASES: Waited = Waited {
+    keys: &["{t644}:l"],
+    empty: &[
+        &["RL.ACQUIRE", "{t644}:l", "5", "600s"],
+        &["RL.ACQUIRE", "{t644}:l", "5", "600s"],
+        &["RL.ACQUIRE", "{t644}:l", "5", "600s"],
+        &["RL.ACQUIRE", "{t644}:l", "5", "600s"],
+        &["RL.ACQUIRE", "{t644}:l", "5", "600s"],
+    ],
+    wait: &["RL.ACQUIRE", "{t644}:l", "5", "600s"],
+    waiters: 10,
 };
 
 fn node_id(con: &mut redis::Connection) -> String {
@@ -338,7 +389,7 @@ fn move_slot(
                 ));
             }
         }
-        Move::ByHand => {
+        Move::ByHand | Move::ByHandAtOnce => {
             let setslot = |con: &mut redis::Connection, state: &str, id: &str| {
                 redis::cmd("CLUSTER")
                     .arg("SETSLOT")
@@ -350,6 +401,10 @@ fn move_slot(
             };
             setslot(&mut target, "IMPORTING", &from_id)?;
             setslot(&mut source, "MIGRATING", &to_id)?;
+            let at_once = matches!(how, Move::ByHandAtOnce);
+            if at_once {
+                setslot(&mut target, "NODE", &to_id)?;
+            }
             let keys: Vec<String> = redis::cmd("CLUSTER")
                 .arg("GETKEYSINSLOT")
                 .arg(slot)
@@ -365,13 +420,27 @@ fn move_slot(
                 .arg(5000)
                 .arg("KEYS")
                 .arg(&keys);
-            migrate
-                .query::<()>(&mut source)
-                .map_err(|e| format!("MIGRATE failed: {e}"))?;
-            // The waiters are answered now, while the slot is migrating.
-            std::thread::sleep(Duration::from_millis(300));
-            setslot(&mut target, "NODE", &to_id)?;
-            setslot(&mut source, "NODE", &to_id)?;
+            if at_once {
+                // One read of the old node's input: no timer of its own
+                // runs between the two.
+                redis::pipe()
+                    .add_command(migrate)
+                    .cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(slot)
+                    .arg("NODE")
+                    .arg(&to_id)
+                    .query::<()>(&mut source)
+                    .map_err(|e| format!("MIGRATE + SETSLOT NODE failed: {e}"))?;
+            } else {
+                migrate
+                    .query::<()>(&mut source)
+                    .map_err(|e| format!("MIGRATE failed: {e}"))?;
+                // The waiters are answered now, while the slot is migrating.
+                std::thread::sleep(Duration::from_millis(300));
+                setslot(&mut target, "NODE", &to_id)?;
+                setslot(&mut source, "NODE", &to_id)?;
+            }
             for node in cluster.running() {
                 if node != from && node != to && cluster.role(node) == "master" {
                     setslot(&mut cluster.nodes[node].connect(), "NODE", &to_id)?;
@@ -404,7 +473,9 @@ fn reshard_under_waiters(how: Move, waited: &Waited) {
     let (port_a, port_b) = (cluster.nodes[a].port, cluster.nodes[b].port);
     let mut con_a = cluster.nodes[a].connect();
 
-    assert!(allowed(&run(&mut con_a, waited.empty)), "the first request");
+    for words in waited.empty {
+        assert!(allowed(&run(&mut con_a, words)), "{words:?} on A");
+    }
     let blocked = |con: &mut redis::Connection| -> i64 {
         info_field(con, "ratelimit", "ratelimit_blocked_clients")
             .parse()
@@ -452,11 +523,16 @@ fn reshard_under_waiters(how: Move, waited: &Waited) {
         );
         follow.push(error.code() == Some("ASK"));
     }
-    if let Move::ByHand = how {
-        assert!(
+    match how {
+        Move::ByHand => assert!(
             follow.iter().all(|&ask| ask),
             "answered while the slot was migrating: ASK"
-        );
+        ),
+        Move::ByHandAtOnce => assert!(
+            follow.iter().all(|&ask| !ask),
+            "answered once the slot was given up: MOVED"
+        ),
+        Move::Reshard => {}
     }
 
     // The slot is B's, as every node sees it; B holds the limit as A did.
@@ -528,4 +604,22 @@ fn resharding_a_waited_key_sends_its_waiters_to_the_new_primary_and_allows_none_
 #[serial(cluster)]
 fn moving_a_waited_slot_by_hand_asks_its_waiters_to_the_new_primary_and_allows_none_on_the_old() {
     reshard_under_waiters(Move::ByHand, &TOKEN_BUCKET);
+}
+
+#[test]
+#[serial(cluster)]
+fn a_waited_slot_given_up_at_once_moves_its_waiters_to_the_new_primary() {
+    reshard_under_waiters(Move::ByHandAtOnce, &TOKEN_BUCKET);
+}
+
+#[test]
+#[serial(cluster)]
+fn resharding_under_rl_all_waiters_allows_none_on_the_old_primary_and_writes_neither_tier_there() {
+    reshard_under_waiters(Move::Reshard, &TWO_TIERS);
+}
+
+#[test]
+#[serial(cluster)]
+fn resharding_under_rl_acquire_waiters_gives_no_lease_beyond_the_limit() {
+    reshard_under_waiters(Move::Reshard, &LEASES);
 }
