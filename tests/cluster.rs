@@ -245,6 +245,10 @@ enum Move {
     /// after the old node gave the slot up, and are `MOVED` (on Redis; see
     /// below for Valkey).
     ByHandAtOnce,
+    /// By hand, one key per `MIGRATE`, a pause after each: an `RL.ALL`
+    /// waiter whose keys are half moved is told to try again (`TRYAGAIN`,
+    /// as Redis answers a command on such keys), then finds the new node.
+    ByHandKeyByKey,
 }
 
 /// A waited limit: what empties it on the first node, what its waiters
@@ -390,7 +394,7 @@ fn move_slot(
                 ));
             }
         }
-        Move::ByHand | Move::ByHandAtOnce => {
+        Move::ByHand | Move::ByHandAtOnce | Move::ByHandKeyByKey => {
             let setslot = |con: &mut redis::Connection, state: &str, id: &str| {
                 redis::cmd("CLUSTER")
                     .arg("SETSLOT")
@@ -431,6 +435,20 @@ fn move_slot(
                     .query::<()>(&mut source)
                     .map_err(|e| format!("MIGRATE + SETSLOT NODE failed: {e}"))?;
                 setslot(&mut target, "NODE", &to_id)?;
+            } else if let Move::ByHandKeyByKey = how {
+                for key in &keys {
+                    redis::cmd("MIGRATE")
+                        .arg("127.0.0.1")
+                        .arg(cluster.nodes[to].port)
+                        .arg(key)
+                        .arg(0)
+                        .arg(5000)
+                        .query::<()>(&mut source)
+                        .map_err(|e| format!("MIGRATE {key} failed: {e}"))?;
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+                setslot(&mut target, "NODE", &to_id)?;
+                setslot(&mut source, "NODE", &to_id)?;
             } else {
                 migrate
                     .query::<()>(&mut source)
@@ -511,6 +529,11 @@ fn reshard_under_waiters(how: Move, waited: &Waited) {
     let mut follow = Vec::new();
     for reply in &replies {
         let error = reply.as_ref().unwrap_err();
+        if let Move::ByHandKeyByKey = how {
+            assert_eq!(error.code(), Some("TRYAGAIN"), "half moved: {error:?}");
+            follow.push(false);
+            continue;
+        }
         let (address, to_slot) = error
             .redirect_node()
             .unwrap_or_else(|| panic!("a waiter was answered {error:?}, not a redirect"));
@@ -535,7 +558,7 @@ fn reshard_under_waiters(how: Move, waited: &Waited) {
             follow.iter().all(|&ask| !ask),
             "answered once the slot was given up: MOVED"
         ),
-        Move::Reshard => {}
+        Move::Reshard | Move::ByHandKeyByKey => {}
     }
 
     // The slot is B's, as every node sees it; B holds the limit as A did.
@@ -625,4 +648,10 @@ fn resharding_under_rl_all_waiters_allows_none_on_the_old_primary_and_writes_nei
 #[serial(cluster)]
 fn resharding_under_rl_acquire_waiters_gives_no_lease_beyond_the_limit() {
     reshard_under_waiters(Move::Reshard, &LEASES);
+}
+
+#[test]
+#[serial(cluster)]
+fn an_rl_all_waiter_whose_keys_are_half_moved_is_told_to_try_again_and_allowed_nowhere() {
+    reshard_under_waiters(Move::ByHandKeyByKey, &TWO_TIERS);
 }
