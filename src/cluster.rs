@@ -303,6 +303,19 @@ mod tests {
     }
 
     #[test]
+    fn a_slot_served_by_a_node_of_unknown_address_is_unserved() {
+        for address in [":7002@17002", "127.0.0.1:0@0", ":0@0"] {
+            let text = nodes("0-6").replace("127.0.0.1:7002@17002,,shard-id=x", address);
+            let text = text.replace("5461-10922", "7 5461-10922");
+            assert_eq!(
+                owner_in(&text, 7),
+                SlotOwner::Unserved { slot: 7 },
+                "{address}"
+            );
+        }
+    }
+
+    #[test]
     fn a_text_without_this_node_tells_nothing() {
         let others = "bbbb 127.0.0.1:7002@17002 master - 0 1 2 connected 0-16383";
         for text in [
