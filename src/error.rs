@@ -67,6 +67,40 @@ impl CommandError {
         ))
     }
 
+    /// Redis Cluster's redirect for a key of `slot` that has moved, while
+    /// the slot moves, to the node at `address` (`ip:port`): the client
+    /// sends `ASKING` and the command there, once.
+    pub fn ask(slot: u16, address: &str) -> Self {
+        Reply(format!("ASK {slot} {address}").into())
+    }
+
+    /// Redis Cluster's redirect to the node at `address` (`ip:port`), which
+    /// serves `slot` now: the client sends the command there and updates
+    /// its slot map.
+    pub fn moved(slot: u16, address: &str) -> Self {
+        Reply(format!("MOVED {slot} {address}").into())
+    }
+
+    /// Redis's own reply to a command on several keys of a slot being
+    /// moved, some of which have moved and some not: try again shortly.
+    pub fn keys_being_moved() -> Self {
+        Reply(Cow::Borrowed(
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+        ))
+    }
+
+    /// Redis's own reply for a key whose slot no node serves.
+    pub fn slot_not_served() -> Self {
+        Reply(Cow::Borrowed("CLUSTERDOWN Hash slot not served"))
+    }
+
+    /// The cluster's layout could not be read: try again shortly.
+    pub fn cluster_layout_unknown() -> Self {
+        Reply(Cow::Borrowed(
+            "TRYAGAIN cannot tell which node serves this key's slot now",
+        ))
+    }
+
     /// A state given to `RL.SETSTATE` that this module could not have written.
     pub fn invalid_state(reason: &str) -> Self {
         Reply(format!("ERR state must be a state written by this module ({reason})").into())

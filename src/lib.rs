@@ -13,6 +13,7 @@
 // linting every `+` would bury the algorithms' few lines under checked calls.
 #![deny(clippy::indexing_slicing, clippy::panic, clippy::unreachable)]
 pub mod algorithms;
+pub mod cluster;
 pub mod encoding;
 pub mod error;
 pub mod log_throttle;

@@ -73,8 +73,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("the algorithms", &["algorithms/"]),
     ("words: values, syntax", &["words/"]),
     (
-        "encoding of states; errors; small tools",
-        &["encoding.rs", "error.rs", "log_throttle.rs", "top.rs"],
+        "encoding of states; errors; cluster slots; small tools",
+        &[
+            "cluster.rs",
+            "encoding.rs",
+            "error.rs",
+            "log_throttle.rs",
+            "top.rs",
+        ],
     ),
 ];
 

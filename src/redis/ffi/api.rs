@@ -116,6 +116,7 @@ required!(
     RedisModule_CallReplyArrayElement,
     RedisModule_FreeCallReply,
     RedisModule_DbSize,
+    RedisModule_KeyExists,
 );
 
 /// Unreachable once [`missing_apis`] passed at load time; if it ever is

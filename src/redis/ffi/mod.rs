@@ -8,6 +8,7 @@
 //! - [`ctx`]: the running command's context and replies;
 //! - [`args`]: its arguments and key names;
 //! - [`block`]: blocked clients and timers;
+//! - [`cluster`]: which node of a Redis Cluster serves a key's slot;
 //! - [`commands`]: registering and documenting a command;
 //! - [`config`]: the module's settings;
 //! - [`key`]: a key opened for a command, its value and expiry;
@@ -20,6 +21,7 @@ pub mod alloc;
 pub mod api;
 pub mod args;
 pub mod block;
+pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod ctx;

@@ -160,11 +160,16 @@ unsafe extern "C" fn swapped(
 
 /// A reply of one of Redis's own commands, run by the module, freed when
 /// dropped.
-struct CallReply(*mut raw::RedisModuleCallReply);
+pub(super) struct CallReply(*mut raw::RedisModuleCallReply);
 
 impl CallReply {
+    /// Takes ownership of `reply` (a reply of `RedisModule_Call`, or null).
+    pub(super) fn new(reply: *mut raw::RedisModuleCallReply) -> Self {
+        Self(reply)
+    }
+
     /// The text of a string reply (or of the element `index` of an array).
-    fn text(&self, index: Option<usize>) -> Option<Vec<u8>> {
+    pub(super) fn text(&self, index: Option<usize>) -> Option<Vec<u8>> {
         let mut reply = self.0;
         if reply.is_null() {
             return None;
