@@ -15,6 +15,11 @@
 //! out (a denial changes nothing). A wake-up holds the event loop at most
 //! [`SLICE`]; a backlog goes on at the next turn, in order.
 //!
+//! In a cluster, a waiter whose keys have left this node (resharding moves
+//! them with `MIGRATE`, which removes them here) is answered with where they
+//! went (`ASK`, `MOVED`, `TRYAGAIN`: `ffi::cluster::redirect_for`), never
+//! decided against a fresh key on a node that no longer serves its slot.
+//!
 //! Events that come while the room is busy (a key removed by the server
 //! while a waiter's request is decided) are kept aside and given to the room
 //! at its next wake-up, at once.
@@ -26,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use super::ffi::args::OwnedNames;
 use super::ffi::block::{self, create_timer, stop_timer, unblock, Timer, TimerId, Waiting};
+use super::ffi::cluster::redirect_for;
 use super::ffi::{detached, now_ms, on_flush, on_swap, writes_paused, Args, Ctx, KeyName, Status};
 use super::key::writing_own;
 use super::outcome::Outcome;
@@ -99,6 +105,11 @@ impl Host<Parked> for Server<'_> {
         ctx.select_db(waiter.db);
         let names = OwnedNames::new(&waiter.keys);
         let keys = names.key_names();
+        // In a cluster, a waiter whose keys left this node (resharding) is
+        // sent where they went: never decided, nor a key written, here.
+        if let Some(redirect) = redirect_for(ctx, &keys) {
+            return Turn::Answered(Err(redirect));
+        }
         let parked = &waiter.request;
         let (command, glue_at) = parked.request.replayed_as();
         let run = Run::woken(ctx, command, glue_at, &parked.words);
@@ -142,6 +153,9 @@ fn timed_out_answer(ctx: Ctx<'_>, waiter: &Waiter<Parked>) -> Answer {
     WAITS_TIMED_OUT.fetch_add(1, Relaxed);
     let names = OwnedNames::new(&waiter.keys);
     let keys = names.key_names();
+    if let Some(redirect) = redirect_for(ctx, &keys) {
+        return Err(redirect);
+    }
     let request = &waiter.request.request;
     let (command, glue_at) = request.replayed_as();
     let run = Run::live(ctx, command, glue_at);
