@@ -93,7 +93,7 @@ def test_a_window_given_as_seconds_text_or_timedelta_reaches_the_server_as_the_s
 
 
 def test_a_rate_too_small_for_pythons_repr_is_sent_as_a_plain_decimal(limiter: RateLimiter) -> None:
-    # repr(0.00001) is "1e-05", which the module does not read.
+    # repr(0.00001) is "1e-05"; the client spells it out (the module reads both).
     decision = limiter.token_bucket("k", 1, 0.00001)
     assert decision.reset_after == timedelta(seconds=100_000)
 

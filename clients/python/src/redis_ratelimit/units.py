@@ -28,8 +28,9 @@ _SECOND = timedelta(seconds=1)
 
 
 def decimal_arg(value: float) -> str:
-    """A number as a plain decimal: ``1e-05`` would reach the server as an
-    exponent, which its grammar does not read, so 0.00001 is spelled out."""
+    """A number as a plain decimal (0.00001, not ``1e-05``): the module reads
+    both, but servers older than this module's exponent support do not, and
+    the plain form reads the same in logs and ``MONITOR``."""
     if isinstance(value, int):
         return str(value)
     return format(Decimal(repr(value)), "f")
