@@ -111,6 +111,19 @@ impl Schedule {
         (decision, start.saturating_sub(now))
     }
 
+    /// Gives back `amount` units at `now_ms`: the due time moves back by
+    /// their intervals, as many whole units as there are intervals between
+    /// now and the due time (a due time of now is nothing owed, the most a
+    /// schedule can hold). Returns the units given back, exactly what the
+    /// schedule gained.
+    pub fn give_back(&mut self, pace: Pace, now_ms: i64, amount: u64) -> u64 {
+        let now = self.advance(now_ms);
+        let owed = (self.due_ns - now) / pace.interval_ns;
+        let given = u64::try_from(owed).unwrap_or(0).min(amount);
+        self.due_ns -= i128::from(given) * pace.interval_ns;
+        given
+    }
+
     /// The due time, rounded up to the millisecond: when the key is fresh.
     pub fn fresh_at_ms(&self) -> i64 {
         ns_to_ms_ceil(self.due_ns)

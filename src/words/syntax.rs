@@ -47,6 +47,10 @@ pub trait Syntax: Copy + PartialEq + std::fmt::Debug + Sized {
     /// Options of this algorithm only, besides those every check takes.
     const OPTIONS: &'static [OptionWord] = &[];
 
+    /// Whether the check command takes `UPTO` (a partial grant) and its
+    /// keys take refunds (`RL.REFUND`): see `crate::algorithms::partial`.
+    const PARTIAL: bool = false;
+
     /// What the check command does and replies, for `COMMAND DOCS`.
     const SUMMARY: &'static str;
 
