@@ -43,6 +43,8 @@ impl Syntax for FixedWindowParams {
 
     const PARTIAL: bool = true;
 
+    const WINDOWED: bool = true;
+
     const EXAMPLE: &'static [&'static str] = &["100", "1m"];
 
     fn check(&self) -> Result<(), &'static str> {

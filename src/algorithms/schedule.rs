@@ -112,16 +112,18 @@ impl Schedule {
     }
 
     /// Gives back `amount` units at `now_ms`: the due time moves back by
-    /// their intervals, as many whole units as there are intervals between
-    /// now and the due time (a due time of now is nothing owed, the most a
-    /// schedule can hold). Returns the units given back, exactly what the
-    /// schedule gained.
+    /// their intervals, never before now (a due time of now is nothing
+    /// owed, the most a schedule can hold). Returns the units given back, a
+    /// last one counted when it went back in part: nothing given back is
+    /// exactly nothing changed.
     pub fn give_back(&mut self, pace: Pace, now_ms: i64, amount: u64) -> u64 {
         let now = self.advance(now_ms);
-        let owed = (self.due_ns - now) / pace.interval_ns;
-        let given = u64::try_from(owed).unwrap_or(0).min(amount);
-        self.due_ns -= i128::from(given) * pace.interval_ns;
-        given
+        let before = self.due_ns;
+        let back = i128::from(amount).saturating_mul(pace.interval_ns);
+        self.due_ns = before.saturating_sub(back).max(now);
+        let gained = before - self.due_ns;
+        let given = (gained + pace.interval_ns - 1) / pace.interval_ns;
+        u64::try_from(given).unwrap_or(0).min(amount)
     }
 
     /// The due time, rounded up to the millisecond: when the key is fresh.

@@ -61,6 +61,8 @@ impl Syntax for SlidingCounterParams {
 
     const PARTIAL: bool = true;
 
+    const WINDOWED: bool = true;
+
     const EXAMPLE: &'static [&'static str] = &["100", "1m", "PRECISION", "6"];
 
     fn check(&self) -> Result<(), &'static str> {

@@ -209,17 +209,17 @@ impl Algorithm for TokenBucket {
 }
 
 impl TokenBucket {
-    /// The tokens go back in, whole, as many as fit under the capacity: a
-    /// bucket has no windows, so returned tokens are as good as any. Whole
-    /// tokens only, so that what the reply says was given back is exactly
-    /// what the bucket gained (a bucket 1.5 tokens short takes 1 back).
+    /// The tokens go back in, up to the capacity: a bucket has no windows,
+    /// so returned tokens are as good as any. Returns the tokens given
+    /// back, a last one counted when it went back in part (the bucket
+    /// filled up): nothing given back is exactly nothing changed.
     fn give_back(&mut self, now_ms: i64, amount: u64) -> u64 {
         self.refill(now_ms);
         self.updated_ms = self.updated_ms.max(now_ms);
-        let room = (self.params.capacity as f64 - self.tokens).floor().max(0.0) as u64;
-        let given = amount.min(room);
-        self.tokens = snap(self.tokens + given as f64).min(self.params.capacity as f64);
-        given
+        let before = self.tokens;
+        self.tokens = snap((before + amount as f64).min(self.params.capacity as f64));
+        let gained = snap(self.tokens - before).max(0.0);
+        (gained.ceil() as u64).min(amount)
     }
 }
 

@@ -22,6 +22,9 @@ pub struct CheckOptions {
     pub penalty_ms: Option<u64>,
     /// `SHADOW`: decide, but never deny.
     pub shadow: bool,
+    /// `UPTO` (with `COST n`): grant as much of `n` as is available now,
+    /// possibly 0 (`crate::algorithms::partial`).
+    pub upto: bool,
 }
 
 impl Default for CheckOptions {
@@ -32,6 +35,7 @@ impl Default for CheckOptions {
             block_ms: None,
             penalty_ms: None,
             shadow: false,
+            upto: false,
         }
     }
 }
@@ -45,6 +49,9 @@ pub fn check_args<P: Syntax>(args: &[&[u8]]) -> Result<(P, CheckOptions), Comman
     let params = P::from_words(words)?;
     let mut own = [None; MAX_OWN_OPTIONS];
     let options = check_options(rest, P::OPTIONS, &mut own)?;
+    if options.upto && !P::PARTIAL {
+        return Err(upto_not_offered());
+    }
     Ok((params.with_options(&own), options))
 }
 
@@ -78,6 +85,8 @@ pub fn check_options(
         } else if word.eq_ignore_ascii_case(b"SHADOW") {
             once(&mut seen_shadow, "SHADOW")?;
             options.shadow = true;
+        } else if word.eq_ignore_ascii_case(b"UPTO") {
+            once(&mut options.upto, "UPTO")?;
         } else if let Some((option, slot)) = own_option(word, own, values) {
             if slot.is_some() {
                 return Err(CommandError::repeated_option(option.token));
@@ -87,8 +96,19 @@ pub fn check_options(
             return Err(CommandError::unknown_option(word));
         }
     }
+    if options.upto && !seen_cost {
+        return Err(CommandError::syntax("UPTO needs COST n: the most to grant"));
+    }
     exclusive(&options)?;
     Ok(options)
+}
+
+/// `UPTO` on an algorithm that takes no partial grants (see
+/// `crate::algorithms::partial` for which, and why).
+pub(crate) fn upto_not_offered() -> CommandError {
+    CommandError::syntax(
+        "UPTO is offered by TOKENBUCKET, SLIDINGCOUNTER, FIXEDWINDOW and GCRA only",
+    )
 }
 
 /// The options that contradict each other: `PEEK` changes nothing, so it
@@ -96,7 +116,9 @@ pub fn check_options(
 /// request that never denies (`SHADOW`) has nothing to wait for; and one
 /// that waits until allowed is never answered a denial that could start a
 /// penalty when it gets its turn. `SHADOW` with `PENALTY` is accepted (a
-/// rule with a penalty in shadow mode), and starts no penalty.
+/// rule with a penalty in shadow mode), and starts no penalty. A partial
+/// grant (`UPTO`) is never shadowed: it answers how much it took, and a
+/// shadowed request takes its whole cost or nothing.
 pub(crate) fn exclusive(options: &CheckOptions) -> Result<(), CommandError> {
     // Most requests give none of them: checked on every request.
     let changes = options.block_ms.is_some() || options.penalty_ms.is_some() || options.shadow;
@@ -108,13 +130,15 @@ pub(crate) fn exclusive(options: &CheckOptions) -> Result<(), CommandError> {
         ("BLOCK", options.block_ms.is_some()),
         ("PENALTY", options.penalty_ms.is_some()),
         ("SHADOW", options.shadow),
+        ("UPTO", options.upto),
     ];
-    const CLASHES: [(&str, &str); 5] = [
+    const CLASHES: [(&str, &str); 6] = [
         ("PEEK", "BLOCK"),
         ("PEEK", "PENALTY"),
         ("PEEK", "SHADOW"),
         ("SHADOW", "BLOCK"),
         ("PENALTY", "BLOCK"),
+        ("UPTO", "SHADOW"),
     ];
     let has = |name: &str| given.iter().any(|&(n, on)| on && n == name);
     match CLASHES.iter().find(|(a, b)| has(a) && has(b)) {

@@ -6,7 +6,7 @@
 
 use super::config::on_denied;
 use super::engine::all::all;
-use super::engine::check::{apply, apply_tier};
+use super::engine::check::{apply, apply_tier, apply_tier_upto};
 use super::engine::leases::{acquire, peek};
 use super::engine::penalty_of;
 use super::ffi::{random_hex, Ctx, KeyName, Status};
@@ -52,7 +52,7 @@ impl Request {
             Command::ClThrottle => crate::redis_cell::cl_throttle(words).map(Request::Throttle),
             Command::Acquire => acquire_request(words, drawn_id),
             Command::All => parse::all(words).map(Request::All),
-            Command::Release => Err(CommandError::invalid_state("not a request")),
+            Command::Release | Command::Refund => Err(CommandError::invalid_state("not a request")),
         }
     }
 
@@ -133,6 +133,18 @@ impl Request {
     ) -> Result<Outcome, CommandError> {
         let key = || keys.first().copied().ok_or(CommandError::Arity);
         Ok(match self {
+            Request::Check { tier, options } if options.upto => {
+                let (decision, grant) = apply_tier_upto(
+                    run,
+                    key()?,
+                    tier,
+                    options.cost,
+                    mode,
+                    penalty_of(options),
+                    options.block_ms,
+                )?;
+                Outcome::Granted(decision, grant)
+            }
             Request::Check { tier, options } => Outcome::Decision(apply_tier(
                 run,
                 key()?,

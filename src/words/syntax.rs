@@ -51,6 +51,11 @@ pub trait Syntax: Copy + PartialEq + std::fmt::Debug + Sized {
     /// keys take refunds (`RL.REFUND`): see `crate::algorithms::partial`.
     const PARTIAL: bool = false;
 
+    /// Whether the algorithm counts in windows, so that a refund must name
+    /// the time of its grant (`RL.REFUND ... AT ms`) to go back into the
+    /// window it came from.
+    const WINDOWED: bool = false;
+
     /// What the check command does and replies, for `COMMAND DOCS`.
     const SUMMARY: &'static str;
 

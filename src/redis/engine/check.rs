@@ -6,6 +6,7 @@ use super::super::key::Key;
 use super::super::replicate::Run;
 use super::store::{out_of_memory, store, written};
 use super::{turn_of, Checked};
+use crate::algorithms::partial::{granted_at_ms, refund_stored, upto_cost};
 use crate::algorithms::penalty;
 use crate::algorithms::{Decision, Mode};
 use crate::error::CommandError;
@@ -29,6 +30,39 @@ macro_rules! apply_tier {
             match *tier {
                 $(Tier::$ty(params) => {
                     apply::<crate::algorithms::$module::$ty>(run, key_name, params, cost, mode, penalty_ms, block_ms)
+                })*
+            }
+        }
+
+        /// [`apply_tier`] of a partial grant (`COST cost UPTO`).
+        pub fn apply_tier_upto(
+            run: &Run<'_>,
+            key_name: KeyName<'_>,
+            tier: &Tier,
+            cost: u64,
+            mode: Mode,
+            penalty_ms: Option<u64>,
+            block_ms: Option<u64>,
+        ) -> Result<(Decision, Grant), CommandError> {
+            match *tier {
+                $(Tier::$ty(params) => {
+                    apply_upto::<crate::algorithms::$module::$ty>(run, key_name, params, cost, mode, penalty_ms, block_ms)
+                })*
+            }
+        }
+
+        /// A refund on `key_name` of the algorithm `tier` names: the units
+        /// given back.
+        pub fn refund_tier(
+            run: &Run<'_>,
+            key_name: KeyName<'_>,
+            tier: &Tier,
+            amount: u64,
+            granted_at_ms: Option<i64>,
+        ) -> Result<u64, CommandError> {
+            match *tier {
+                $(Tier::$ty(params) => {
+                    refund::<crate::algorithms::$module::$ty>(run, key_name, params, amount, granted_at_ms)
                 })*
             }
         }
@@ -110,4 +144,88 @@ pub fn apply<A: Checked>(
         written(run, key_name);
     }
     Ok(decision)
+}
+
+/// What a partial grant (`COST n UPTO`) took, as its reply's 6th and 7th
+/// elements say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    /// The units granted (0 when denied); with `PEEK`, those that would be.
+    pub granted: u64,
+    /// The time the grant was made at (Unix ms), on the clock the check
+    /// used: what a refund names (`AT`) to go back into the grant's window.
+    pub at_ms: i64,
+}
+
+/// A partial grant: [`apply`] with the cost available now (at most `cost`,
+/// at least 1: see `crate::algorithms::partial::upto_cost`), so every rule
+/// of a plain check holds, and a grant of nothing is the plain check's
+/// denial of 1 unit. A key under a penalty grants nothing. The plain check
+/// path is untouched: only requests with `UPTO` come here.
+pub fn apply_upto<A: Checked>(
+    run: &Run<'_>,
+    key_name: KeyName<'_>,
+    params: A::Params,
+    cost: u64,
+    mode: Mode,
+    penalty_ms: Option<u64>,
+    block_ms: Option<u64>,
+) -> Result<(Decision, Grant), CommandError> {
+    let (asked, at_ms) = {
+        let mut key = Key::open(run.ctx, key_name, false);
+        match key.held::<A>()? {
+            None => (upto_cost::<A>(None, params, run.now_ms, cost), run.now_ms),
+            Some(held) => {
+                let state = Some(&*held.state);
+                let penalized = held
+                    .until_ms
+                    .and_then(|until| penalty::in_force(until, run.now_ms))
+                    .is_some();
+                let asked = if penalized {
+                    1
+                } else {
+                    upto_cost(state, params, run.now_ms, cost)
+                };
+                (asked, granted_at_ms(state, run.now_ms))
+            }
+        }
+    };
+    let decision = apply::<A>(run, key_name, params, asked, mode, penalty_ms, block_ms)?;
+    let granted = if decision.allowed { asked } else { 0 };
+    Ok((decision, Grant { granted, at_ms }))
+}
+
+/// A refund (`RL.REFUND`): gives back up to `amount` units granted at
+/// `granted_at_ms` (now, when not given: the algorithms that need it are
+/// made to give it) to the state of `key_name`, under `params`. A missing
+/// key is left missing (nothing to give back to); a refund that gives back
+/// nothing changes nothing. Otherwise the state is stored and the key's
+/// expiry follows it (a state fresh sooner expires sooner). The refund is
+/// made on a copy, so that a state brought up to date but given nothing
+/// back is not written (replicas would not see it).
+pub fn refund<A: Checked>(
+    run: &Run<'_>,
+    key_name: KeyName<'_>,
+    params: A::Params,
+    amount: u64,
+    granted_at_ms: Option<i64>,
+) -> Result<u64, CommandError> {
+    let mut key = Key::open(run.ctx, key_name, true);
+    let Some(held) = key.held::<A>()? else {
+        return Ok(0);
+    };
+    let before_ms = held.fresh_at_ms();
+    let at_ms = granted_at_ms.unwrap_or(run.now_ms.max(held.state.last_seen_ms()));
+    let mut next = held.state.clone();
+    let Some(given) = refund_stored(&mut next, params, run.now_ms, amount, at_ms) else {
+        return Err(crate::parse::options::upto_not_offered());
+    };
+    if given == 0 {
+        return Ok(0);
+    }
+    *held.state = next;
+    let after_ms = held.fresh_at_ms();
+    key.settle_expiry_moved(before_ms, after_ms, run.expiry_slack_ms);
+    written(run, key_name);
+    Ok(given)
 }
