@@ -39,6 +39,17 @@
 use super::{Algorithm, Mode};
 use crate::words::syntax::Syntax;
 
+/// What a partial grant (`COST n UPTO`) took, as its reply's 6th and 7th
+/// elements say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    /// The units granted (0 when denied); with `PEEK`, those that would be.
+    pub granted: u64,
+    /// The time the grant was made at (Unix ms), on the clock the check
+    /// used: what a refund names (`AT`) to go back into the grant's window.
+    pub at_ms: i64,
+}
+
 /// The cost a request of up to `cost` (`COST cost UPTO`) asks of the
 /// plain check at `now_ms`: what is available now, at most `cost`, or 1 when
 /// nothing is (so that the check's denial says how long until 1 is). The

@@ -1,8 +1,8 @@
 //! What a request is answered ([`Outcome`]), and how: the replies of every
 //! command that decides requests, written once, beside the answer.
 
-use super::engine::check::Grant;
 use super::ffi::{Ctx, KeyName, Status};
+use crate::algorithms::partial::Grant;
 use crate::algorithms::Decision;
 use crate::redis_cell::cl_throttle_reply;
 

@@ -6,7 +6,7 @@ use super::super::key::Key;
 use super::super::replicate::Run;
 use super::store::{out_of_memory, store, written};
 use super::{turn_of, Checked};
-use crate::algorithms::partial::{granted_at_ms, refund_stored, upto_cost};
+use crate::algorithms::partial::{granted_at_ms, refund_stored, upto_cost, Grant};
 use crate::algorithms::penalty;
 use crate::algorithms::{Decision, Mode};
 use crate::error::CommandError;
@@ -144,17 +144,6 @@ pub fn apply<A: Checked>(
         written(run, key_name);
     }
     Ok(decision)
-}
-
-/// What a partial grant (`COST n UPTO`) took, as its reply's 6th and 7th
-/// elements say it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Grant {
-    /// The units granted (0 when denied); with `PEEK`, those that would be.
-    pub granted: u64,
-    /// The time the grant was made at (Unix ms), on the clock the check
-    /// used: what a refund names (`AT`) to go back into the grant's window.
-    pub at_ms: i64,
 }
 
 /// A partial grant: [`apply`] with the cost available now (at most `cost`,
