@@ -402,9 +402,12 @@ mod tests {
         )
     }
 
+    /// A time (Unix ms) and an amount.
+    type Event = (i64, u64);
+
     /// Runs `steps` on one key: each grant's time and amount, each refund's
     /// time and what it gave back (checked: never more than its grant kept).
-    fn run<A: Algorithm>(params: A::Params, steps: &[Step]) -> (Vec<(i64, u64)>, Vec<(i64, u64)>) {
+    fn run<A: Algorithm>(params: A::Params, steps: &[Step]) -> (Vec<Event>, Vec<Event>) {
         let mut state: Option<A> = None;
         let mut now = T0;
         let mut grants: Vec<(i64, u64)> = Vec::new();

@@ -340,7 +340,7 @@ fn value_of_word(word: &Word, text: &[u8]) -> Field {
 /// options) shows each parameter and each option given with the value its
 /// word holds, within the range of its kind.
 pub fn check_params_are_the_words<A: Fuzzed>(params: A::Params, args: &[&[u8]]) {
-    let fields = A::fresh(params, 0).describe();
+    let fields = A::fresh(params, 0).describe(0);
     let (words, rest) = args.split_at(A::Params::PARAMS.len());
     for (word, text) in A::Params::PARAMS.iter().zip(words) {
         let Some(shown) = shown_as(&fields, word.name) else {
@@ -589,7 +589,7 @@ pub mod leases {
     /// `updated_ms`.
     fn described(state: &Leases) -> (Vec<(Vec<u8>, i64)>, i64) {
         let (mut leases, mut updated) = (Vec::new(), 0);
-        for (name, field) in state.describe() {
+        for (name, field) in state.describe(0) {
             match (name, field) {
                 ("leases", Field::List(list)) => {
                     for lease in list {
