@@ -370,6 +370,54 @@ mod tests {
     }
 
     #[test]
+    fn upto_goes_with_cost_once_never_with_shadow_and_only_where_offered() {
+        assert_eq!(
+            shared(&[b"upto", b"COST", b"7"]),
+            Ok(CheckOptions {
+                cost: 7,
+                upto: true,
+                ..CheckOptions::default()
+            })
+        );
+        assert_eq!(
+            shared(&[b"COST", b"7", b"UPTO", b"PEEK"]).map(|o| (o.upto, o.peek)),
+            Ok((true, true))
+        );
+        assert_eq!(
+            shared(&[b"COST", b"7", b"UPTO", b"BLOCK", b"10"]).map(|o| o.block_ms),
+            Ok(Some(10))
+        );
+        let cases: [(&[&[u8]], &str); 3] = [
+            (
+                &[b"UPTO"],
+                "ERR syntax error: UPTO needs COST n: the most to grant",
+            ),
+            (
+                &[b"COST", b"2", b"UPTO", b"upto"],
+                "ERR syntax error: UPTO given more than once",
+            ),
+            (
+                &[b"COST", b"2", b"UPTO", b"SHADOW"],
+                "ERR syntax error: UPTO and SHADOW cannot be given together",
+            ),
+        ];
+        for (args, expected) in cases {
+            assert_eq!(text(shared(args)), expected, "{args:?}");
+        }
+        assert_eq!(
+            check_args::<TokenBucketParams>(&[b"10", b"1", b"COST", b"3", b"UPTO"])
+                .map(|(_, o)| o.upto),
+            Ok(true)
+        );
+        assert_eq!(
+            text(check_args::<crate::algorithms::sliding_log::SlidingLogParams>(&[
+                b"10", b"1m", b"COST", b"3", b"UPTO"
+            ])),
+            "ERR syntax error: UPTO is offered by TOKENBUCKET, SLIDINGCOUNTER, FIXEDWINDOW and GCRA only"
+        );
+    }
+
+    #[test]
     fn parameters_come_before_options_and_are_all_required() {
         assert_eq!(
             check_args::<TokenBucketParams>(&[b"10"]),
