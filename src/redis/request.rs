@@ -6,7 +6,7 @@
 
 use super::config::on_denied;
 use super::engine::all::all;
-use super::engine::check::{apply, apply_tier, apply_tier_upto};
+use super::engine::check::{apply, apply_tier, upto_tier};
 use super::engine::leases::{acquire, peek};
 use super::engine::penalty_of;
 use super::ffi::{random_hex, Ctx, KeyName, Status};
@@ -15,6 +15,7 @@ use super::replicate::Run;
 use super::sketch;
 use super::stats::{self, Counted, Counter};
 use crate::algorithms::gcra::Gcra;
+use crate::algorithms::partial::Grant;
 use crate::algorithms::Mode;
 use crate::error::CommandError;
 use crate::parse::{self, AcquireArgs, AllArgs, CheckOptions, Tier};
@@ -133,27 +134,34 @@ impl Request {
     ) -> Result<Outcome, CommandError> {
         let key = || keys.first().copied().ok_or(CommandError::Arity);
         Ok(match self {
-            Request::Check { tier, options } if options.upto => {
-                let (decision, grant) = apply_tier_upto(
+            Request::Check { tier, options } => {
+                let key = key()?;
+                // `UPTO`: the plain check of what is available.
+                let grant = if options.upto {
+                    Some(upto_tier(run, key, tier, options.cost)?)
+                } else {
+                    None
+                };
+                let decision = apply_tier(
                     run,
-                    key()?,
+                    key,
                     tier,
-                    options.cost,
+                    grant.map_or(options.cost, |(asked, _)| asked),
                     mode,
                     penalty_of(options),
                     options.block_ms,
                 )?;
-                Outcome::Granted(decision, grant)
+                match grant {
+                    None => Outcome::Decision(decision),
+                    Some((asked, at_ms)) => Outcome::Granted(
+                        decision,
+                        Grant {
+                            granted: if decision.allowed { asked } else { 0 },
+                            at_ms,
+                        },
+                    ),
+                }
             }
-            Request::Check { tier, options } => Outcome::Decision(apply_tier(
-                run,
-                key()?,
-                tier,
-                options.cost,
-                mode,
-                penalty_of(options),
-                options.block_ms,
-            )?),
             Request::Throttle(throttle) => Outcome::Throttle(apply::<Gcra>(
                 run,
                 key()?,

@@ -6,11 +6,12 @@ use super::super::key::Key;
 use super::super::replicate::Run;
 use super::store::{out_of_memory, store, written};
 use super::{turn_of, Checked};
-use crate::algorithms::partial::{granted_at_ms, refund_stored, upto_cost, Grant};
+use crate::algorithms::partial::{granted_at_ms, refund_stored, upto_cost};
 use crate::algorithms::penalty;
 use crate::algorithms::{Decision, Mode};
 use crate::error::CommandError;
 use crate::parse::Tier;
+use crate::words::syntax::Syntax;
 
 /// Decides with the algorithm `tier` names, made from the registry.
 macro_rules! apply_tier {
@@ -34,19 +35,17 @@ macro_rules! apply_tier {
             }
         }
 
-        /// [`apply_tier`] of a partial grant (`COST cost UPTO`).
-        pub fn apply_tier_upto(
+        /// What a partial grant (`COST cost UPTO`) on `key_name` asks of
+        /// [`apply_tier`], for the algorithm `tier` names: see [`upto`].
+        pub fn upto_tier(
             run: &Run<'_>,
             key_name: KeyName<'_>,
             tier: &Tier,
             cost: u64,
-            mode: Mode,
-            penalty_ms: Option<u64>,
-            block_ms: Option<u64>,
-        ) -> Result<(Decision, Grant), CommandError> {
+        ) -> Result<(u64, i64), CommandError> {
             match *tier {
                 $(Tier::$ty(params) => {
-                    apply_upto::<crate::algorithms::$module::$ty>(run, key_name, params, cost, mode, penalty_ms, block_ms)
+                    upto::<crate::algorithms::$module::$ty>(run, key_name, params, cost)
                 })*
             }
         }
@@ -146,42 +145,40 @@ pub fn apply<A: Checked>(
     Ok(decision)
 }
 
-/// A partial grant: [`apply`] with the cost available now (at most `cost`,
-/// at least 1: see `crate::algorithms::partial::upto_cost`), so every rule
-/// of a plain check holds, and a grant of nothing is the plain check's
-/// denial of 1 unit. A key under a penalty grants nothing. The plain check
-/// path is untouched: only requests with `UPTO` come here.
-pub fn apply_upto<A: Checked>(
+/// A partial grant (`COST cost UPTO`) is [`apply`] of the cost available
+/// now (at most `cost`, at least 1: see
+/// `crate::algorithms::partial::upto_cost`), so that every rule of a plain
+/// check holds, and a grant of nothing is the plain check's denial of 1
+/// unit; a key under a penalty grants nothing. Returns that cost, and the
+/// time the grant is made at (`Grant::at_ms`). Only requests with `UPTO`
+/// come here, before their plain check: the plain path is the one every
+/// check takes.
+pub fn upto<A: Checked>(
     run: &Run<'_>,
     key_name: KeyName<'_>,
     params: A::Params,
     cost: u64,
-    mode: Mode,
-    penalty_ms: Option<u64>,
-    block_ms: Option<u64>,
-) -> Result<(Decision, Grant), CommandError> {
-    let (asked, at_ms) = {
-        let mut key = Key::open(run.ctx, key_name, false);
-        match key.held::<A>()? {
-            None => (upto_cost::<A>(None, params, run.now_ms, cost), run.now_ms),
-            Some(held) => {
-                let state = Some(&*held.state);
-                let penalized = held
-                    .until_ms
-                    .and_then(|until| penalty::in_force(until, run.now_ms))
-                    .is_some();
-                let asked = if penalized {
-                    1
-                } else {
-                    upto_cost(state, params, run.now_ms, cost)
-                };
-                (asked, granted_at_ms(state, run.now_ms))
-            }
+) -> Result<(u64, i64), CommandError> {
+    if !<A::Params as Syntax>::PARTIAL {
+        return Err(crate::parse::options::upto_not_offered());
+    }
+    let mut key = Key::open(run.ctx, key_name, false);
+    Ok(match key.held::<A>()? {
+        None => (upto_cost::<A>(None, params, run.now_ms, cost), run.now_ms),
+        Some(held) => {
+            let state = Some(&*held.state);
+            let penalized = held
+                .until_ms
+                .and_then(|until| penalty::in_force(until, run.now_ms))
+                .is_some();
+            let asked = if penalized {
+                1
+            } else {
+                upto_cost(state, params, run.now_ms, cost)
+            };
+            (asked, granted_at_ms(state, run.now_ms))
         }
-    };
-    let decision = apply::<A>(run, key_name, params, asked, mode, penalty_ms, block_ms)?;
-    let granted = if decision.allowed { asked } else { 0 };
-    Ok((decision, Grant { granted, at_ms }))
+    })
 }
 
 /// A refund (`RL.REFUND`): gives back up to `amount` units granted at
