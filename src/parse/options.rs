@@ -48,6 +48,10 @@ pub fn check_args<P: Syntax>(args: &[&[u8]]) -> Result<(P, CheckOptions), Comman
         .ok_or(CommandError::Arity)?;
     let params = P::from_words(words)?;
     let mut own = [None; MAX_OWN_OPTIONS];
+    if rest.is_empty() {
+        // Most checks give no options: nothing to read or to contradict.
+        return Ok((params.with_options(&own), CheckOptions::default()));
+    }
     let options = check_options(rest, P::OPTIONS, &mut own)?;
     if options.upto && !P::PARTIAL {
         return Err(upto_not_offered());
