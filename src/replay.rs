@@ -43,6 +43,8 @@ pub enum Command {
     Acquire,
     Release,
     All,
+    /// `RL.REFUND`.
+    Refund,
 }
 
 impl Command {
@@ -53,6 +55,7 @@ impl Command {
             Command::Acquire => 0x41,
             Command::Release => 0x42,
             Command::All => 0x43,
+            Command::Refund => 0x44,
         }
     }
 
@@ -62,6 +65,7 @@ impl Command {
             0x41 => Command::Acquire,
             0x42 => Command::Release,
             0x43 => Command::All,
+            0x44 => Command::Refund,
             1..=0x3f => Command::Check(code),
             _ => return None,
         })
@@ -261,7 +265,7 @@ mod tests {
         assert!(!bad(&|_| {}));
         assert!(bad(&|w| w.truncate(12)));
         assert!(bad(&|w| w[0] = 0));
-        assert!(bad(&|w| w[0] = 0x44));
+        assert!(bad(&|w| w[0] = 0x45));
         assert!(bad(&|w| w[8] = 0x80), "a negative time");
         assert!(bad(&|w| w[12] = 0xff), "a slack of more than a day");
         let acquire = Header {

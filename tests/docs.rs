@@ -17,6 +17,8 @@ struct Declared {
     options: &'static [OptionWord],
     summary: &'static str,
     complexity: &'static str,
+    /// Whether it takes `UPTO` (partial grants).
+    partial: bool,
 }
 
 /// Reads what an algorithm's `Syntax` declares.
@@ -31,6 +33,7 @@ impl Each for Declare {
             options: A::Params::OPTIONS,
             summary: A::Params::SUMMARY,
             complexity: A::Params::COMPLEXITY,
+            partial: A::Params::PARTIAL,
         }
     }
 }
@@ -180,6 +183,7 @@ fn token_bucket_documents_key_capacity_rate_then_cost_and_peek_options() {
             ("capacity", "integer", "", ""),
             ("rate", "double", "", ""),
             ("cost", "integer", "COST", "optional"),
+            ("upto", "pure-token", "UPTO", "optional"),
             ("peek", "pure-token", "PEEK", "optional"),
             ("block", "integer", "BLOCK", "optional"),
             ("penalty", "string", "PENALTY", "optional"),
@@ -191,7 +195,8 @@ fn token_bucket_documents_key_capacity_rate_then_cost_and_peek_options() {
 }
 
 /// Every check command, as its algorithm's `Syntax` declares it: the key,
-/// its parameters, its own options, then `COST` and `PEEK`; its summary and
+/// its parameters, its own options, then `COST`, `UPTO` where it offers
+/// partial grants, and `PEEK`...; its summary and
 /// its complexity.
 #[test]
 fn every_check_command_is_documented_as_its_algorithm_declares_it() {
@@ -213,8 +218,11 @@ fn every_check_command_is_documented_as_its_algorithm_declares_it() {
                 .iter()
                 .map(|o| (o.value.name, type_of(o.value.kind), o.token, "optional")),
         );
+        expected.push(("cost", "integer", "COST", "optional"));
+        if algorithm.partial {
+            expected.push(("upto", "pure-token", "UPTO", "optional"));
+        }
         expected.extend([
-            ("cost", "integer", "COST", "optional"),
             ("peek", "pure-token", "PEEK", "optional"),
             ("block", "integer", "BLOCK", "optional"),
             ("penalty", "string", "PENALTY", "optional"),

@@ -41,6 +41,10 @@ impl Syntax for FixedWindowParams {
         Ok(Self { limit, window_ms })
     }
 
+    const PARTIAL: bool = true;
+
+    const WINDOWED: bool = true;
+
     const EXAMPLE: &'static [&'static str] = &["100", "1m"];
 
     fn check(&self) -> Result<(), &'static str> {
@@ -121,6 +125,20 @@ impl Algorithm for FixedWindow {
 
     fn last_seen_ms(&self) -> i64 {
         self.updated_ms
+    }
+
+    /// Back into the count of the grant's window, if that window is still
+    /// the current one; a window that ended gives nothing back (its count is
+    /// gone, and lowering the current one would let it pass more than its
+    /// limit).
+    fn refund(&mut self, now_ms: i64, amount: u64, granted_at_ms: i64) -> Option<u64> {
+        self.advance(now_ms);
+        if self.window_of(granted_at_ms) != self.window_of(self.updated_ms) {
+            return Some(0);
+        }
+        let given = amount.min(self.count);
+        self.count -= given;
+        Some(given)
     }
 
     fn check(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Decision {

@@ -116,6 +116,8 @@ impl Syntax for GcraParams {
         })
     }
 
+    const PARTIAL: bool = true;
+
     const EXAMPLE: &'static [&'static str] = &["4", "10", "1s"];
 
     fn check(&self) -> Result<(), &'static str> {
@@ -187,6 +189,10 @@ impl Algorithm for Gcra {
 
     fn last_seen_ms(&self) -> i64 {
         self.schedule.updated_ms
+    }
+
+    fn refund(&mut self, now_ms: i64, amount: u64, _granted_at_ms: i64) -> Option<u64> {
+        Some(self.schedule.give_back(self.params.pace(), now_ms, amount))
     }
 
     fn check(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Decision {

@@ -15,6 +15,7 @@ pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
 mod lease_ends;
+pub mod partial;
 pub mod penalty;
 pub mod registry;
 mod schedule;
@@ -235,6 +236,16 @@ pub trait Algorithm: State {
     /// offer this. When the answer allows a request of [`Mode::Take`], the
     /// caller must not use it, but check and take.
     fn decide_in_place(&self, _now_ms: i64, _cost: u64) -> Option<Decision> {
+        None
+    }
+
+    /// Gives back `amount` units that a request granted at `granted_at_ms`
+    /// took and did not spend, at `now_ms` (already clamped, and not before
+    /// `granted_at_ms`): the units given back, never more than `amount`, and
+    /// never so many that the state holds more than a fresh one or less than
+    /// nothing (see [`partial`]). `None`, the default, means the algorithm
+    /// takes no refunds (and no partial grants: `Syntax::PARTIAL`).
+    fn refund(&mut self, _now_ms: i64, _amount: u64, _granted_at_ms: i64) -> Option<u64> {
         None
     }
 

@@ -111,6 +111,21 @@ impl Schedule {
         (decision, start.saturating_sub(now))
     }
 
+    /// Gives back `amount` units at `now_ms`: the due time moves back by
+    /// their intervals, never before now (a due time of now is nothing
+    /// owed, the most a schedule can hold). Returns the units given back, a
+    /// last one counted when it went back in part: nothing given back is
+    /// exactly nothing changed.
+    pub fn give_back(&mut self, pace: Pace, now_ms: i64, amount: u64) -> u64 {
+        let now = self.advance(now_ms);
+        let before = self.due_ns;
+        let back = i128::from(amount).saturating_mul(pace.interval_ns);
+        self.due_ns = before.saturating_sub(back).max(now);
+        let gained = before - self.due_ns;
+        let given = (gained + pace.interval_ns - 1) / pace.interval_ns;
+        u64::try_from(given).unwrap_or(0).min(amount)
+    }
+
     /// The due time, rounded up to the millisecond: when the key is fresh.
     pub fn fresh_at_ms(&self) -> i64 {
         ns_to_ms_ceil(self.due_ns)

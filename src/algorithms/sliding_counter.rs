@@ -59,6 +59,10 @@ impl Syntax for SlidingCounterParams {
         })
     }
 
+    const PARTIAL: bool = true;
+
+    const WINDOWED: bool = true;
+
     const EXAMPLE: &'static [&'static str] = &["100", "1m", "PRECISION", "6"];
 
     fn check(&self) -> Result<(), &'static str> {
@@ -270,6 +274,25 @@ impl Algorithm for SlidingCounter {
 
     fn last_seen_ms(&self) -> i64 {
         self.updated_ms
+    }
+
+    /// Back out of the count of the grant's sub-window, while it still
+    /// counts (it is among the `precision + 1` the estimate reads); at most
+    /// what that sub-window counted.
+    fn refund(&mut self, now_ms: i64, amount: u64, granted_at_ms: i64) -> Option<u64> {
+        self.advance(now_ms);
+        let current = self.bucket_of(self.updated_ms);
+        let bucket = self.bucket_of(granted_at_ms);
+        if bucket > current || bucket < current - self.n() {
+            return Some(0);
+        }
+        let slot = self.slot(bucket);
+        let given = self.counts.get_mut(slot).map_or(0, |count| {
+            let given = amount.min(*count);
+            *count -= given;
+            given
+        });
+        Some(given)
     }
 
     fn check(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Decision {

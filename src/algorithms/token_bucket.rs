@@ -48,6 +48,8 @@ impl Syntax for TokenBucketParams {
         })
     }
 
+    const PARTIAL: bool = true;
+
     const EXAMPLE: &'static [&'static str] = &["10", "0.5"];
 
     fn check(&self) -> Result<(), &'static str> {
@@ -140,6 +142,10 @@ impl TokenBucket {
 impl Algorithm for TokenBucket {
     type Params = TokenBucketParams;
 
+    fn refund(&mut self, now_ms: i64, amount: u64, _granted_at_ms: i64) -> Option<u64> {
+        Some(self.give_back(now_ms, amount))
+    }
+
     fn fresh(params: TokenBucketParams, now_ms: i64) -> Self {
         Self {
             params,
@@ -199,6 +205,21 @@ impl Algorithm for TokenBucket {
             reset_after_ms: self.fresh_at_ms().saturating_sub(now_ms).max(0),
             delay_ms: None,
         }
+    }
+}
+
+impl TokenBucket {
+    /// The tokens go back in, up to the capacity: a bucket has no windows,
+    /// so returned tokens are as good as any. Returns the tokens given
+    /// back, a last one counted when it went back in part (the bucket
+    /// filled up): nothing given back is exactly nothing changed.
+    fn give_back(&mut self, now_ms: i64, amount: u64) -> u64 {
+        self.refill(now_ms);
+        self.updated_ms = self.updated_ms.max(now_ms);
+        let before = self.tokens;
+        self.tokens = snap((before + amount as f64).min(self.params.capacity as f64));
+        let gained = snap(self.tokens - before).max(0.0);
+        (gained.ceil() as u64).min(amount)
     }
 }
 

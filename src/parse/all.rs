@@ -3,7 +3,9 @@
 //! its parameters and its own options (a sliding counter's `PRECISION n`),
 //! then the options shared by every tier.
 
-use super::options::{check_options, exclusive, own_option, value_of, CheckOptions};
+use super::options::{
+    check_options, exclusive, own_option, upto_not_offered, value_of, CheckOptions,
+};
 use crate::algorithms::registry::Listed;
 use crate::algorithms::Algorithm;
 use crate::error::{shown, CommandError};
@@ -34,6 +36,21 @@ macro_rules! tiers {
             pub fn visit<V: TierVisitor>(self, visitor: V) -> V::Out {
                 match self {
                     $(Tier::$ty(params) => visitor.tier::<crate::algorithms::$module::$ty>(params),)*
+                }
+            }
+
+            /// Whether the tier's algorithm takes partial grants and refunds.
+            pub fn partial(&self) -> bool {
+                match self {
+                    $(Tier::$ty(_) => <<crate::algorithms::$module::$ty as Algorithm>::Params as Syntax>::PARTIAL,)*
+                }
+            }
+
+            /// Whether the tier's algorithm counts in windows (a refund
+            /// names its grant's time).
+            pub fn windowed(&self) -> bool {
+                match self {
+                    $(Tier::$ty(_) => <<crate::algorithms::$module::$ty as Algorithm>::Params as Syntax>::WINDOWED,)*
                 }
             }
 
@@ -142,6 +159,14 @@ pub fn all(args: &[&[u8]]) -> Result<AllArgs, CommandError> {
         rest = next;
     }
     let options = check_options(rest, &[], &mut [None; MAX_OWN_OPTIONS])?;
+    if options.upto {
+        // All or nothing: a partial grant would take a different amount
+        // from each tier, and its refund would have to name each tier's
+        // window.
+        return Err(CommandError::syntax(
+            "UPTO is not offered by RL.ALL (all or nothing): lease from one key",
+        ));
+    }
     Ok(AllArgs { tiers, options })
 }
 
@@ -159,7 +184,74 @@ pub fn peek(args: &[&[u8]]) -> Result<(Tier, CheckOptions), CommandError> {
     let mut options = check_options(rest, &[], &mut [None; MAX_OWN_OPTIONS])?;
     options.peek = true;
     exclusive(&options)?;
+    if options.upto && !tier.partial() {
+        return Err(upto_not_offered());
+    }
     Ok((tier, options))
+}
+
+/// `RL.REFUND key <ALGORITHM> <params> amount [AT ms]`, after the key.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RefundArgs {
+    /// The key's algorithm and parameters, as its checks name them.
+    pub tier: Tier,
+    /// How much to give back.
+    pub amount: u64,
+    /// `AT ms`: when the units were granted (a partial grant's
+    /// `granted_at_ms`); required by the algorithms that count in windows.
+    pub granted_at_ms: Option<i64>,
+}
+
+/// Reads `RL.REFUND`'s words after the key: one spec, as in `RL.ALL`, of an
+/// algorithm that takes refunds, then the amount, then `AT ms` (required
+/// when the algorithm counts in windows, so that the units go back into the
+/// window they came from).
+pub fn refund(args: &[&[u8]]) -> Result<RefundArgs, CommandError> {
+    let Some((word, after)) = args.split_first() else {
+        return Err(CommandError::Arity);
+    };
+    let Some(parsed) = tier(word, after) else {
+        return Err(unknown_algorithm(word));
+    };
+    let (tier, rest) = parsed?;
+    let [amount_word, options @ ..] = rest else {
+        return Err(CommandError::Arity);
+    };
+    let shown_name = String::from_utf8_lossy(&word.to_ascii_uppercase()).into_owned();
+    if !tier.partial() {
+        return Err(CommandError::syntax(&format!(
+            "{shown_name} takes no refunds (TOKENBUCKET, SLIDINGCOUNTER, FIXEDWINDOW and GCRA do)"
+        )));
+    }
+    let amount = crate::words::values::amount(amount_word, "amount")?;
+    let mut granted_at_ms = None;
+    let mut words = options.iter();
+    while let Some(word) = words.next() {
+        if word.eq_ignore_ascii_case(b"AT") {
+            if granted_at_ms.is_some() {
+                return Err(CommandError::repeated_option("AT"));
+            }
+            let at = whole_in(
+                value_of(words.next(), "AT")?,
+                "AT",
+                0..=crate::algorithms::MAX_TIMESTAMP_MS,
+                "a Unix time in milliseconds (a grant's granted_at_ms)",
+            )?;
+            granted_at_ms = Some(at);
+        } else {
+            return Err(CommandError::unknown_option(word));
+        }
+    }
+    if granted_at_ms.is_none() && tier.windowed() {
+        return Err(CommandError::syntax(&format!(
+            "{shown_name} refunds need AT ms: the granted_at_ms of the grant, so the units go back into its window"
+        )));
+    }
+    Ok(RefundArgs {
+        tier,
+        amount,
+        granted_at_ms,
+    })
 }
 
 fn unknown_algorithm(word: &[u8]) -> CommandError {

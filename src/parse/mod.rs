@@ -18,6 +18,6 @@ pub use crate::words::{syntax, values};
 
 pub use crate::words::syntax::Syntax;
 pub use crate::words::values::{amount, duration_ms, rate, small_count};
-pub use all::{all, numkeys, peek, AllArgs, IntoTier, Tier};
+pub use all::{all, numkeys, peek, refund, AllArgs, IntoTier, RefundArgs, Tier};
 pub use options::{acquire, check_args, lease_id, AcquireArgs, CheckOptions};
 pub use top::{top, TopArgs};

@@ -22,6 +22,9 @@ pub struct CheckOptions {
     pub penalty_ms: Option<u64>,
     /// `SHADOW`: decide, but never deny.
     pub shadow: bool,
+    /// `UPTO` (with `COST n`): grant as much of `n` as is available now,
+    /// possibly 0 (`crate::algorithms::partial`).
+    pub upto: bool,
 }
 
 impl Default for CheckOptions {
@@ -32,6 +35,7 @@ impl Default for CheckOptions {
             block_ms: None,
             penalty_ms: None,
             shadow: false,
+            upto: false,
         }
     }
 }
@@ -44,7 +48,14 @@ pub fn check_args<P: Syntax>(args: &[&[u8]]) -> Result<(P, CheckOptions), Comman
         .ok_or(CommandError::Arity)?;
     let params = P::from_words(words)?;
     let mut own = [None; MAX_OWN_OPTIONS];
+    if rest.is_empty() {
+        // Most checks give no options: nothing to read or to contradict.
+        return Ok((params.with_options(&own), CheckOptions::default()));
+    }
     let options = check_options(rest, P::OPTIONS, &mut own)?;
+    if options.upto && !P::PARTIAL {
+        return Err(upto_not_offered());
+    }
     Ok((params.with_options(&own), options))
 }
 
@@ -78,6 +89,8 @@ pub fn check_options(
         } else if word.eq_ignore_ascii_case(b"SHADOW") {
             once(&mut seen_shadow, "SHADOW")?;
             options.shadow = true;
+        } else if word.eq_ignore_ascii_case(b"UPTO") {
+            once(&mut options.upto, "UPTO")?;
         } else if let Some((option, slot)) = own_option(word, own, values) {
             if slot.is_some() {
                 return Err(CommandError::repeated_option(option.token));
@@ -87,8 +100,19 @@ pub fn check_options(
             return Err(CommandError::unknown_option(word));
         }
     }
+    if options.upto && !seen_cost {
+        return Err(CommandError::syntax("UPTO needs COST n: the most to grant"));
+    }
     exclusive(&options)?;
     Ok(options)
+}
+
+/// `UPTO` on an algorithm that takes no partial grants (see
+/// `crate::algorithms::partial` for which, and why).
+pub(crate) fn upto_not_offered() -> CommandError {
+    CommandError::syntax(
+        "UPTO is offered by TOKENBUCKET, SLIDINGCOUNTER, FIXEDWINDOW and GCRA only",
+    )
 }
 
 /// The options that contradict each other: `PEEK` changes nothing, so it
@@ -96,7 +120,9 @@ pub fn check_options(
 /// request that never denies (`SHADOW`) has nothing to wait for; and one
 /// that waits until allowed is never answered a denial that could start a
 /// penalty when it gets its turn. `SHADOW` with `PENALTY` is accepted (a
-/// rule with a penalty in shadow mode), and starts no penalty.
+/// rule with a penalty in shadow mode), and starts no penalty. A partial
+/// grant (`UPTO`) is never shadowed: it answers how much it took, and a
+/// shadowed request takes its whole cost or nothing.
 pub(crate) fn exclusive(options: &CheckOptions) -> Result<(), CommandError> {
     // Most requests give none of them: checked on every request.
     let changes = options.block_ms.is_some() || options.penalty_ms.is_some() || options.shadow;
@@ -108,13 +134,15 @@ pub(crate) fn exclusive(options: &CheckOptions) -> Result<(), CommandError> {
         ("BLOCK", options.block_ms.is_some()),
         ("PENALTY", options.penalty_ms.is_some()),
         ("SHADOW", options.shadow),
+        ("UPTO", options.upto),
     ];
-    const CLASHES: [(&str, &str); 5] = [
+    const CLASHES: [(&str, &str); 6] = [
         ("PEEK", "BLOCK"),
         ("PEEK", "PENALTY"),
         ("PEEK", "SHADOW"),
         ("SHADOW", "BLOCK"),
         ("PENALTY", "BLOCK"),
+        ("UPTO", "SHADOW"),
     ];
     let has = |name: &str| given.iter().any(|&(n, on)| on && n == name);
     match CLASHES.iter().find(|(a, b)| has(a) && has(b)) {
@@ -343,6 +371,54 @@ mod tests {
         for (args, expected) in cases {
             assert_eq!(text(shared(args)), expected, "{args:?}");
         }
+    }
+
+    #[test]
+    fn upto_goes_with_cost_once_never_with_shadow_and_only_where_offered() {
+        assert_eq!(
+            shared(&[b"upto", b"COST", b"7"]),
+            Ok(CheckOptions {
+                cost: 7,
+                upto: true,
+                ..CheckOptions::default()
+            })
+        );
+        assert_eq!(
+            shared(&[b"COST", b"7", b"UPTO", b"PEEK"]).map(|o| (o.upto, o.peek)),
+            Ok((true, true))
+        );
+        assert_eq!(
+            shared(&[b"COST", b"7", b"UPTO", b"BLOCK", b"10"]).map(|o| o.block_ms),
+            Ok(Some(10))
+        );
+        let cases: [(&[&[u8]], &str); 3] = [
+            (
+                &[b"UPTO"],
+                "ERR syntax error: UPTO needs COST n: the most to grant",
+            ),
+            (
+                &[b"COST", b"2", b"UPTO", b"upto"],
+                "ERR syntax error: UPTO given more than once",
+            ),
+            (
+                &[b"COST", b"2", b"UPTO", b"SHADOW"],
+                "ERR syntax error: UPTO and SHADOW cannot be given together",
+            ),
+        ];
+        for (args, expected) in cases {
+            assert_eq!(text(shared(args)), expected, "{args:?}");
+        }
+        assert_eq!(
+            check_args::<TokenBucketParams>(&[b"10", b"1", b"COST", b"3", b"UPTO"])
+                .map(|(_, o)| o.upto),
+            Ok(true)
+        );
+        assert_eq!(
+            text(check_args::<crate::algorithms::sliding_log::SlidingLogParams>(&[
+                b"10", b"1m", b"COST", b"3", b"UPTO"
+            ])),
+            "ERR syntax error: UPTO is offered by TOKENBUCKET, SLIDINGCOUNTER, FIXEDWINDOW and GCRA only"
+        );
     }
 
     #[test]

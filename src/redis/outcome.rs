@@ -2,6 +2,7 @@
 //! command that decides requests, written once, beside the answer.
 
 use super::ffi::{Ctx, KeyName, Status};
+use crate::algorithms::partial::Grant;
 use crate::algorithms::Decision;
 use crate::redis_cell::cl_throttle_reply;
 
@@ -14,12 +15,17 @@ pub enum Outcome {
     Acquired(Decision, Option<Vec<u8>>),
     /// `RL.ALL`'s combined decision and each tier's.
     All(Decision, Vec<Decision>),
+    /// A partial grant's (`COST n UPTO`) decision, and what it granted.
+    Granted(Decision, Grant),
 }
 
 impl Outcome {
     pub fn decision(&self) -> &Decision {
         match self {
-            Outcome::Decision(d) | Outcome::Throttle(d) | Outcome::Acquired(d, _) => d,
+            Outcome::Decision(d)
+            | Outcome::Throttle(d)
+            | Outcome::Acquired(d, _)
+            | Outcome::Granted(d, _) => d,
             Outcome::All(d, _) => d,
         }
     }
@@ -47,6 +53,13 @@ impl Outcome {
             Outcome::Throttle(d) => Outcome::Throttle(deny(d)),
             Outcome::Acquired(d, _) => Outcome::Acquired(deny(d), None),
             Outcome::All(d, tiers) => Outcome::All(deny(d), tiers),
+            Outcome::Granted(d, grant) => Outcome::Granted(
+                deny(d),
+                Grant {
+                    granted: 0,
+                    ..grant
+                },
+            ),
         }
     }
 
@@ -60,6 +73,7 @@ impl Outcome {
             Outcome::Decision(d) => Outcome::Decision(allow(d)),
             Outcome::Throttle(d) => Outcome::Throttle(allow(d)),
             Outcome::Acquired(d, id) => Outcome::Acquired(allow(d), id),
+            Outcome::Granted(d, grant) => Outcome::Granted(allow(d), grant),
             Outcome::All(d, tiers) => {
                 Outcome::All(allow(d), tiers.into_iter().map(allow).collect())
             }
@@ -93,6 +107,15 @@ impl Outcome {
                     ctx.reply_null();
                 }
             }),
+            Outcome::Granted(d, grant) => {
+                ctx.reply_array(7);
+                for value in five(d) {
+                    ctx.reply_integer(value);
+                }
+                ctx.reply_integer(grant.granted as i64);
+                ctx.reply_integer(grant.at_ms);
+                Status
+            }
             Outcome::All(combined, tiers) => reply_five_then(ctx, combined, || {
                 ctx.reply_array(tiers.len());
                 for tier in tiers {

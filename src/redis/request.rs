@@ -6,7 +6,7 @@
 
 use super::config::on_denied;
 use super::engine::all::all;
-use super::engine::check::{apply, apply_tier};
+use super::engine::check::{apply, apply_tier, upto_tier};
 use super::engine::leases::{acquire, peek};
 use super::engine::penalty_of;
 use super::ffi::{random_hex, Ctx, KeyName, Status};
@@ -15,6 +15,7 @@ use super::replicate::Run;
 use super::sketch;
 use super::stats::{self, Counted, Counter};
 use crate::algorithms::gcra::Gcra;
+use crate::algorithms::partial::Grant;
 use crate::algorithms::Mode;
 use crate::error::CommandError;
 use crate::parse::{self, AcquireArgs, AllArgs, CheckOptions, Tier};
@@ -52,7 +53,7 @@ impl Request {
             Command::ClThrottle => crate::redis_cell::cl_throttle(words).map(Request::Throttle),
             Command::Acquire => acquire_request(words, drawn_id),
             Command::All => parse::all(words).map(Request::All),
-            Command::Release => Err(CommandError::invalid_state("not a request")),
+            Command::Release | Command::Refund => Err(CommandError::invalid_state("not a request")),
         }
     }
 
@@ -133,15 +134,34 @@ impl Request {
     ) -> Result<Outcome, CommandError> {
         let key = || keys.first().copied().ok_or(CommandError::Arity);
         Ok(match self {
-            Request::Check { tier, options } => Outcome::Decision(apply_tier(
-                run,
-                key()?,
-                tier,
-                options.cost,
-                mode,
-                penalty_of(options),
-                options.block_ms,
-            )?),
+            Request::Check { tier, options } => {
+                let key = key()?;
+                // `UPTO`: the plain check of what is available.
+                let grant = if options.upto {
+                    Some(upto_tier(run, key, tier, options.cost)?)
+                } else {
+                    None
+                };
+                let decision = apply_tier(
+                    run,
+                    key,
+                    tier,
+                    grant.map_or(options.cost, |(asked, _)| asked),
+                    mode,
+                    penalty_of(options),
+                    options.block_ms,
+                )?;
+                match grant {
+                    None => Outcome::Decision(decision),
+                    Some((asked, at_ms)) => Outcome::Granted(
+                        decision,
+                        Grant {
+                            granted: if decision.allowed { asked } else { 0 },
+                            at_ms,
+                        },
+                    ),
+                }
+            }
             Request::Throttle(throttle) => Outcome::Throttle(apply::<Gcra>(
                 run,
                 key()?,

@@ -47,6 +47,15 @@ pub trait Syntax: Copy + PartialEq + std::fmt::Debug + Sized {
     /// Options of this algorithm only, besides those every check takes.
     const OPTIONS: &'static [OptionWord] = &[];
 
+    /// Whether the check command takes `UPTO` (a partial grant) and its
+    /// keys take refunds (`RL.REFUND`): see `crate::algorithms::partial`.
+    const PARTIAL: bool = false;
+
+    /// Whether the algorithm counts in windows, so that a refund must name
+    /// the time of its grant (`RL.REFUND ... AT ms`) to go back into the
+    /// window it came from.
+    const WINDOWED: bool = false;
+
     /// What the check command does and replies, for `COMMAND DOCS`.
     const SUMMARY: &'static str;
 

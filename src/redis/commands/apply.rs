@@ -10,6 +10,7 @@ use super::super::replicate::Run;
 use super::super::request::Request;
 use super::super::waiters;
 use super::all::{declare_keys, keys};
+use super::refund::refund;
 use crate::error::CommandError;
 use crate::parse;
 use crate::replay::{Command, Header};
@@ -30,6 +31,7 @@ fn apply_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
                     waiters::freed(ctx, key);
                 }
             }),
+            Command::Refund => refund(&run, Some(key), &words).map(drop),
             Command::All => Err(CommandError::invalid_state("RL.ALL replays as RL.APPLYALL")),
             command => Request::parse(command, &words, header.drawn_id)
                 .and_then(|request| request.decide(&run, &[key], request.mode()))

@@ -7,6 +7,7 @@ mod all;
 mod apply;
 mod check;
 mod leases;
+mod refund;
 mod state;
 mod top;
 
@@ -65,6 +66,12 @@ const SHADOW: Arg = pure_token(
     "Decide, but never deny: a request that would be denied is answered allowed, takes nothing, and keeps its retry_after_ms (allowed with a wait: would have been denied); counted as _shadow_denied in INFO ratelimit. Not with PEEK or BLOCK.",
 );
 
+const UPTO: Arg = pure_token(
+    "upto",
+    "UPTO",
+    "With COST n: grant as much of n as the limit allows now, possibly 0, and reply how much (6th element, granted) and when (7th, granted_at_ms, for RL.REFUND ... AT). A grant of 0 is a denial whose retry_after_ms is the wait for 1. Not with SHADOW.",
+);
+
 /// The options every check command and `RL.ALL` take, in that order.
 const CHECK_OPTIONS: [Arg; 5] = [COST, PEEK, BLOCK, PENALTY, SHADOW];
 
@@ -98,7 +105,15 @@ fn check_command<A: Checked>() -> Command {
     let mut args = vec![CHECKED_KEY];
     args.extend(syntax);
     args.extend(own);
-    args.extend(CHECK_OPTIONS);
+    if <A::Params as Syntax>::PARTIAL {
+        // `[COST cost] [UPTO] [PEEK] ...`: UPTO goes with COST.
+        let (cost, rest) = CHECK_OPTIONS.split_at(1);
+        args.extend_from_slice(cost);
+        args.push(UPTO);
+        args.extend_from_slice(rest);
+    } else {
+        args.extend(CHECK_OPTIONS);
+    }
     one_key(
         &format!("rl.{}", A::NAME),
         check::check_command::<A>,
@@ -167,6 +182,7 @@ pub fn table() -> Vec<Command> {
                     key("The key holding the limit's state."),
                     arg("spec", ArgKind::String, "The algorithm's name without RL. (TOKENBUCKET, SLIDINGCOUNTER, ...), then its command's parameters and own options, e.g. TOKENBUCKET 10 1.").multiple(),
                     COST,
+                    UPTO,
                 ],
             },
         ),
@@ -242,6 +258,26 @@ pub fn table() -> Vec<Command> {
                 args: vec![
                     key("The key RL.ACQUIRE took the slot from."),
                     string("id", "The lease's id, as RL.ACQUIRE replied it."),
+                ],
+            },
+        ),
+        one_key(
+            "rl.refund",
+            refund::refund_command,
+            c"write fast",
+            Doc {
+                summary: "Gives back quota a grant took and did not spend: amount units go back into the key's token bucket or GCRA (up to a fresh key's), or out of the count of the window or sub-window they were granted in (AT, the grant's granted_at_ms), if it still counts. Never creates a key. Replies the units given back.",
+                since: FIRST_RELEASE,
+                complexity: "O(1)",
+                keys: KeySpec {
+                    position: KeyPosition::First,
+                    flags: RW | UPDATE,
+                },
+                args: vec![
+                    key("The key the grant was taken from."),
+                    arg("spec", ArgKind::String, "The key's algorithm without RL. (TOKENBUCKET, SLIDINGCOUNTER, FIXEDWINDOW or GCRA) and its parameters as the check named them, e.g. TOKENBUCKET 10 1.").multiple(),
+                    integer("amount", "The units to give back: a whole number from 1 to 2^53-1."),
+                    integer("at", "When the units were granted, in Unix ms: the grant's granted_at_ms (UPTO's 7th element). Required for FIXEDWINDOW and SLIDINGCOUNTER.").after("AT").optional(),
                 ],
             },
         ),

@@ -6,10 +6,12 @@ use super::super::key::Key;
 use super::super::replicate::Run;
 use super::store::{out_of_memory, store, written};
 use super::{turn_of, Checked};
+use crate::algorithms::partial::{granted_at_ms, refund_stored, upto_cost};
 use crate::algorithms::penalty;
 use crate::algorithms::{Decision, Mode};
 use crate::error::CommandError;
 use crate::parse::Tier;
+use crate::words::syntax::Syntax;
 
 /// Decides with the algorithm `tier` names, made from the registry.
 macro_rules! apply_tier {
@@ -29,6 +31,37 @@ macro_rules! apply_tier {
             match *tier {
                 $(Tier::$ty(params) => {
                     apply::<crate::algorithms::$module::$ty>(run, key_name, params, cost, mode, penalty_ms, block_ms)
+                })*
+            }
+        }
+
+        /// What a partial grant (`COST cost UPTO`) on `key_name` asks of
+        /// [`apply_tier`], for the algorithm `tier` names: see [`upto`].
+        pub fn upto_tier(
+            run: &Run<'_>,
+            key_name: KeyName<'_>,
+            tier: &Tier,
+            cost: u64,
+        ) -> Result<(u64, i64), CommandError> {
+            match *tier {
+                $(Tier::$ty(params) => {
+                    upto::<crate::algorithms::$module::$ty>(run, key_name, params, cost)
+                })*
+            }
+        }
+
+        /// A refund on `key_name` of the algorithm `tier` names: the units
+        /// given back.
+        pub fn refund_tier(
+            run: &Run<'_>,
+            key_name: KeyName<'_>,
+            tier: &Tier,
+            amount: u64,
+            granted_at_ms: Option<i64>,
+        ) -> Result<u64, CommandError> {
+            match *tier {
+                $(Tier::$ty(params) => {
+                    refund::<crate::algorithms::$module::$ty>(run, key_name, params, amount, granted_at_ms)
                 })*
             }
         }
@@ -110,4 +143,75 @@ pub fn apply<A: Checked>(
         written(run, key_name);
     }
     Ok(decision)
+}
+
+/// A partial grant (`COST cost UPTO`) is [`apply`] of the cost available
+/// now (at most `cost`, at least 1: see
+/// `crate::algorithms::partial::upto_cost`), so that every rule of a plain
+/// check holds, and a grant of nothing is the plain check's denial of 1
+/// unit; a key under a penalty grants nothing. Returns that cost, and the
+/// time the grant is made at (`Grant::at_ms`). Only requests with `UPTO`
+/// come here, before their plain check: the plain path is the one every
+/// check takes.
+pub fn upto<A: Checked>(
+    run: &Run<'_>,
+    key_name: KeyName<'_>,
+    params: A::Params,
+    cost: u64,
+) -> Result<(u64, i64), CommandError> {
+    if !<A::Params as Syntax>::PARTIAL {
+        return Err(crate::parse::options::upto_not_offered());
+    }
+    let mut key = Key::open(run.ctx, key_name, false);
+    Ok(match key.held::<A>()? {
+        None => (upto_cost::<A>(None, params, run.now_ms, cost), run.now_ms),
+        Some(held) => {
+            let state = Some(&*held.state);
+            let penalized = held
+                .until_ms
+                .and_then(|until| penalty::in_force(until, run.now_ms))
+                .is_some();
+            let asked = if penalized {
+                1
+            } else {
+                upto_cost(state, params, run.now_ms, cost)
+            };
+            (asked, granted_at_ms(state, run.now_ms))
+        }
+    })
+}
+
+/// A refund (`RL.REFUND`): gives back up to `amount` units granted at
+/// `granted_at_ms` (now, when not given: the algorithms that need it are
+/// made to give it) to the state of `key_name`, under `params`. A missing
+/// key is left missing (nothing to give back to); a refund that gives back
+/// nothing changes nothing. Otherwise the state is stored and the key's
+/// expiry follows it (a state fresh sooner expires sooner). The refund is
+/// made on a copy, so that a state brought up to date but given nothing
+/// back is not written (replicas would not see it).
+pub fn refund<A: Checked>(
+    run: &Run<'_>,
+    key_name: KeyName<'_>,
+    params: A::Params,
+    amount: u64,
+    granted_at_ms: Option<i64>,
+) -> Result<u64, CommandError> {
+    let mut key = Key::open(run.ctx, key_name, true);
+    let Some(held) = key.held::<A>()? else {
+        return Ok(0);
+    };
+    let before_ms = held.fresh_at_ms();
+    let at_ms = granted_at_ms.unwrap_or(run.now_ms.max(held.state.last_seen_ms()));
+    let mut next = held.state.clone();
+    let Some(given) = refund_stored(&mut next, params, run.now_ms, amount, at_ms) else {
+        return Err(crate::parse::options::upto_not_offered());
+    };
+    if given == 0 {
+        return Ok(0);
+    }
+    *held.state = next;
+    let after_ms = held.fresh_at_ms();
+    key.settle_expiry_moved(before_ms, after_ms, run.expiry_slack_ms);
+    written(run, key_name);
+    Ok(given)
 }
