@@ -13,6 +13,7 @@ from .errors import (
     UnblockedError,
     WrongTypeError,
 )
+from .global_limit import GlobalLimit, Stats
 from .info import KeyInfo
 from .limits import GCRA, FixedWindow, LeakyBucket, Limit, SlidingCounter, SlidingLog, TokenBucket
 from .top import TopEntry
@@ -25,6 +26,7 @@ __all__ = [
     "Decision",
     "Duration",
     "FixedWindow",
+    "GlobalLimit",
     "Headers",
     "InvalidArgumentError",
     "Key",
@@ -40,6 +42,7 @@ __all__ = [
     "RateLimiter",
     "SlidingCounter",
     "SlidingLog",
+    "Stats",
     "TokenBucket",
     "TopEntry",
     "UnblockedError",

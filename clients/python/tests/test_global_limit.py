@@ -1,0 +1,180 @@
+"""The leased global limit (`GlobalLimit`): processes sharing one key stay
+within the bound, batches follow demand, unspent quota comes back, and a
+Redis that stops answers with the fail mode."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections import Counter
+from multiprocessing.connection import Connection
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from redis_ratelimit import FixedWindow, GlobalLimit, RateLimiter, TokenBucket
+
+from .servers import Server
+
+
+def _worker(port: int, key: str, limit_per_window: int, seconds: float, out: Connection) -> None:
+    """Asks as fast as it can for `seconds`; sends back (before, after) wall
+    times of each allowed request, and the counters."""
+    client = redis.Redis(port=port)
+    gl = GlobalLimit(client, key, FixedWindow(limit_per_window, 1), max_lease=1.0)
+    times: list[tuple[float, float]] = []
+    end = time.time() + seconds
+    while True:
+        before = time.time()
+        if before >= end:
+            break
+        if gl.allow():
+            times.append((before, time.time()))
+        else:
+            time.sleep(0.0005)
+    gl.close()
+    out.send((times, gl.stats()))
+    out.close()
+
+
+def test_processes_sharing_a_fixed_window_never_exceed_it(r: redis.Redis) -> None:
+    limit, procs, seconds = 300, 4, 2.5
+    port = r.connection_pool.connection_kwargs["port"]
+    ctx = multiprocessing.get_context("fork")
+    pipes, workers = [], []
+    for _ in range(procs):
+        recv, send = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_worker, args=(port, "g:fw", limit, seconds, send))
+        p.start()
+        pipes.append(recv)
+        workers.append(p)
+    results = [pipe.recv() for pipe in pipes]
+    for p in workers:
+        p.join(10)
+    definite: Counter[int] = Counter()
+    straddling = 0
+    for times, _ in results:
+        for before, after in times:
+            if int(before) == int(after):
+                definite[int(before)] += 1
+            else:
+                straddling += 1
+    total = sum(len(times) for times, _ in results)
+    # A unit is spent only in the window that granted it: no window holds more.
+    assert max(definite.values()) <= limit, definite
+    assert straddling <= total // 100
+    for times, stats in results:
+        assert stats.spent == len(times)
+    spent = sum(stats.spent for _, stats in results)
+    calls = sum(stats.calls for _, stats in results)
+    assert all(stats.refunds_lost == 0 and stats.held == 0 for _, stats in results)
+    # Demand far above the limit: each window is used (at least half of it),
+    # with far fewer calls than requests.
+    full_windows = len(definite) - 2
+    assert spent >= full_windows * limit // 2
+    assert calls < spent
+
+
+def test_batches_follow_demand(r: redis.Redis) -> None:
+    with GlobalLimit(r, "g:tb", TokenBucket(1_000_000, 1_000_000), interval=0.02) as gl:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 0.6:  # ~200 a second
+            gl.allow()
+            time.sleep(0.005)
+        slow = gl.stats()
+        t1 = time.monotonic()
+        while time.monotonic() - t1 < 0.6:  # as fast as it goes
+            gl.allow()
+        fast = gl.stats()
+        elapsed_fast = time.monotonic() - t1
+    slow_batch = slow.granted / slow.calls
+    fast_calls = fast.calls - slow.calls
+    fast_batch = (fast.granted - slow.granted) / fast_calls
+    assert fast_batch > 5 * slow_batch, (slow, fast)
+    # Under load, about one call per interval (20 ms), never one per request.
+    assert fast_calls / elapsed_fast < 1 / 0.01, fast
+    assert fast.spent - slow.spent > 20 * fast_calls
+    # Demand rose 4000-fold at once: a few found nothing held while the
+    # batches caught up (under-use, counted), none was denied by the limit.
+    assert fast.denied == 0
+    assert fast.starved < fast.spent // 20, fast
+
+
+def test_unspent_quota_comes_back_on_close(r: redis.Redis, limiter: RateLimiter) -> None:
+    bucket = TokenBucket(10_000, 0.001)
+    gl = GlobalLimit(r, "g:close", bucket, max_lease=5.0, idle=5.0)
+    for _ in range(300):
+        assert gl.allow()
+        time.sleep(0.001)
+    held = gl.stats()
+    assert held.granted > held.spent  # some held when it closes
+    gl.close()
+    after = gl.stats()
+    assert after.held == 0
+    assert after.refunded == after.granted - after.spent
+    assert limiter.peek("g:close", bucket).remaining == 10_000 - after.spent
+
+
+def test_unspent_quota_comes_back_when_the_lease_ends(r: redis.Redis, limiter: RateLimiter) -> None:
+    bucket = TokenBucket(10_000, 0.001)
+    with GlobalLimit(r, "g:lease", bucket, max_lease=0.3, idle=10.0) as gl:
+        for _ in range(200):
+            gl.allow()
+            time.sleep(0.001)
+        time.sleep(0.6)
+        stats = gl.stats()
+        assert stats.held == 0
+        assert stats.refunded == stats.granted - stats.spent > 0
+        assert limiter.peek("g:lease", bucket).remaining == 10_000 - stats.spent
+
+
+def test_unspent_quota_comes_back_when_demand_drops(r: redis.Redis) -> None:
+    with GlobalLimit(r, "g:idle", TokenBucket(10_000, 0.001), max_lease=5.0, idle=0.1) as gl:
+        for _ in range(200):
+            gl.allow()
+            time.sleep(0.001)
+        time.sleep(0.4)
+        stats = gl.stats()
+        assert stats.held == 0
+        assert stats.refunded == stats.granted - stats.spent > 0
+
+
+def _fill_then_stop(fail_open: bool) -> tuple[list[bool], GlobalLimit, int]:
+    server = Server()
+    try:
+        client = redis.Redis(port=server.port, retry=Retry(NoBackoff(), 0))
+        gl = GlobalLimit(
+            client, "g:down", TokenBucket(100_000, 100_000), fail_open=fail_open, idle=5.0
+        )
+        for _ in range(300):
+            assert gl.allow()
+            time.sleep(0.001)
+        held = gl.stats().held
+    finally:
+        server.stop()
+    answers = []
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 0.3:
+        answers.append(gl.allow())
+        time.sleep(0.001)
+    return answers, gl, held
+
+
+def test_redis_stopped_spends_what_is_held_then_fails_closed() -> None:
+    answers, gl, held = _fill_then_stop(fail_open=False)
+    stats = gl.stats()
+    # What was held is spent first; then denied, as the rule says.
+    assert answers[: min(held, len(answers))] == [True] * min(held, len(answers))
+    assert answers[-1] is False
+    assert stats.failed_closed > 0 and stats.failed_open == 0
+    gl.close()
+    # Nothing held can be refunded: retried once, then counted, not lost silently.
+    assert gl.stats().refunds_lost == gl.stats().granted - gl.stats().spent - gl.stats().refunded
+
+
+def test_redis_stopped_fails_open() -> None:
+    answers, gl, _ = _fill_then_stop(fail_open=True)
+    gl.close()
+    assert all(answers)
+    assert gl.stats().failed_open > 0
