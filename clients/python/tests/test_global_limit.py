@@ -5,6 +5,7 @@ Redis that stops answers with the fail mode."""
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import time
 from collections import Counter
 from multiprocessing.connection import Connection
@@ -13,16 +14,19 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from redis_ratelimit import FixedWindow, GlobalLimit, RateLimiter, TokenBucket
+from redis_ratelimit import FixedWindow, GlobalLimit, Limit, RateLimiter, Stats, TokenBucket
 
 from .servers import Server
 
+#: Each process's allowed requests, as (before, after) wall times, and its counters.
+Results = list[tuple[list[tuple[float, float]], Stats]]
 
-def _worker(port: int, key: str, limit_per_window: int, seconds: float, out: Connection) -> None:
+
+def _worker(port: int, key: str, limit: Limit, seconds: float, out: Connection) -> None:
     """Asks as fast as it can for `seconds`; sends back (before, after) wall
     times of each allowed request, and the counters."""
     client = redis.Redis(port=port)
-    gl = GlobalLimit(client, key, FixedWindow(limit_per_window, 1), max_lease=1.0)
+    gl = GlobalLimit(client, key, limit, max_lease=MAX_LEASE)
     times: list[tuple[float, float]] = []
     end = time.time() + seconds
     while True:
@@ -38,20 +42,29 @@ def _worker(port: int, key: str, limit_per_window: int, seconds: float, out: Con
     out.close()
 
 
-def test_processes_sharing_a_fixed_window_never_exceed_it(r: redis.Redis) -> None:
-    limit, procs, seconds = 300, 4, 2.5
+MAX_LEASE = 0.5
+
+
+def _share(r: redis.Redis, key: str, limit: Limit, procs: int, seconds: float) -> Results:
+    """`procs` processes, each with its own GlobalLimit of `limit` on `key`."""
     port = r.connection_pool.connection_kwargs["port"]
     ctx = multiprocessing.get_context("fork")
     pipes, workers = [], []
     for _ in range(procs):
         recv, send = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_worker, args=(port, "g:fw", limit, seconds, send))
+        p = ctx.Process(target=_worker, args=(port, key, limit, seconds, send))
         p.start()
         pipes.append(recv)
         workers.append(p)
-    results = [pipe.recv() for pipe in pipes]
+    results: Results = [pipe.recv() for pipe in pipes]
     for p in workers:
         p.join(10)
+    return results
+
+
+def test_processes_sharing_a_fixed_window_never_exceed_it(r: redis.Redis) -> None:
+    limit = 300
+    results = _share(r, "g:fw", FixedWindow(limit, 1), procs=4, seconds=2.5)
     definite: Counter[int] = Counter()
     straddling = 0
     for times, _ in results:
@@ -74,6 +87,23 @@ def test_processes_sharing_a_fixed_window_never_exceed_it(r: redis.Redis) -> Non
     full_windows = len(definite) - 2
     assert spent >= full_windows * limit // 2
     assert calls < spent
+
+
+def test_processes_sharing_a_token_bucket_stay_within_the_bound(r: redis.Redis) -> None:
+    capacity, rate, seconds = 200, 400.0, 2.0
+    t0 = time.time()
+    results = _share(r, "g:tb4", TokenBucket(capacity, rate), procs=3, seconds=seconds)
+    span = max(after for times, _ in results for _, after in times) - t0
+    allowed = sum(len(times) for times, _ in results)
+    # The bound: capacity + rate x (T + 2 x max_lease).
+    assert allowed <= capacity + rate * (span + 2 * MAX_LEASE)
+    # And what the server kept: every grant not refunded was spent.
+    for times, stats in results:
+        assert stats.spent == len(times)
+        assert stats.granted == stats.spent + stats.refunded + stats.refund_declined
+        assert stats.refunds_lost == 0
+    # Demand far above the rate: most of the allowance is used.
+    assert allowed >= (capacity + rate * seconds) * 0.7, [s for _, s in results]
 
 
 def test_batches_follow_demand(r: redis.Redis) -> None:
@@ -178,3 +208,46 @@ def test_redis_stopped_fails_open() -> None:
     gl.close()
     assert all(answers)
     assert gl.stats().failed_open > 0
+
+
+def test_redis_hung_never_holds_a_request_and_recovers() -> None:
+    server = Server()
+    try:
+        client = redis.Redis(port=server.port, retry=Retry(NoBackoff(), 0))
+        gl = GlobalLimit(
+            client,
+            "g:hung",
+            TokenBucket(100_000, 100_000),
+            fail_open=False,
+            timeout=0.05,
+            cooldown=0.2,
+            idle=5.0,
+        )
+        for _ in range(200):
+            assert gl.allow()
+            time.sleep(0.001)
+        server.process.send_signal(signal.SIGSTOP)  # hung: connections open, no answers
+        slowest = 0.0
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 0.4:
+            before = time.monotonic()
+            gl.allow()
+            slowest = max(slowest, time.monotonic() - before)
+            time.sleep(0.001)
+        hung = gl.stats()
+        # Requests are answered here, never wait on Redis; once what was held
+        # is spent, denied (fail closed).
+        assert slowest < 0.04, slowest  # a wait on Redis would take its timeout, 0.05
+        assert hung.failed_closed > 0
+        server.process.send_signal(signal.SIGCONT)
+        t1 = time.monotonic()
+        while time.monotonic() - t1 < 0.6:
+            gl.allow()
+            time.sleep(0.001)
+        back = gl.stats()
+        assert back.granted > hung.granted  # the breaker closed again: leasing resumed
+        assert back.spent > hung.spent
+        gl.close()
+    finally:
+        server.process.send_signal(signal.SIGCONT)
+        server.stop()

@@ -34,11 +34,11 @@ fails is retried once; then it is counted (``refunds_lost``) and logged.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,7 +192,8 @@ class GlobalLimit:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._fetching = threading.Lock()
-        self._leases: deque[_Lease] = deque()
+        # Live leases, the one to end first first (spent first).
+        self._leases: list[_Lease] = []
         # Leases ended and not yet refunded (the background thread sends them).
         self._expired: list[_Lease] = []
         self._held = 0
@@ -261,7 +262,7 @@ class GlobalLimit:
             lease.amount -= used
             left -= used
             if lease.amount == 0:
-                self._leases.popleft()
+                del self._leases[0]
         self._held -= cost
         self._stats.spent += cost
         return True
@@ -269,18 +270,9 @@ class GlobalLimit:
     def _drop_expired_locked(self, now: float) -> list[_Lease]:
         gone: list[_Lease] = []
         while self._leases and self._leases[0].expires <= now:
-            lease = self._leases.popleft()
+            lease = self._leases.pop(0)
             self._held -= lease.amount
             gone.append(lease)
-        # Leases end in the order they were granted, except a fixed window's
-        # ending early; look further for those.
-        if any(lease.expires <= now for lease in self._leases):
-            keep = deque(lease for lease in self._leases if lease.expires > now)
-            for lease in self._leases:
-                if lease.expires <= now:
-                    self._held -= lease.amount
-                    gone.append(lease)
-            self._leases = keep
         self._expired.extend(gone)
         return gone
 
@@ -308,10 +300,11 @@ class GlobalLimit:
                 demand = max(demand, self._rate)
                 self._drop_expired_locked(now)
                 expired, self._expired = self._expired, []
-                idle = self._held > 0 and now - self._last_request >= self.idle
-                if idle:
-                    expired += list(self._leases)
-                    self._leases.clear()
+                # Demand dropped: no request for `idle` seconds.
+                idle = now - self._last_request >= self.idle
+                if idle and self._held:
+                    expired += self._leases
+                    self._leases = []
                     self._held = 0
                 want = 0
                 if (
@@ -366,8 +359,12 @@ class GlobalLimit:
         with self._lock:
             self._failing = False
             self._stats.granted += grant.granted
-            if grant.granted and lease_s > 0:
-                self._leases.append(_Lease(grant.granted, grant.granted_at_ms, start + lease_s))
+            closed = self._closed
+            if closed:
+                pass  # close() has already given back what was held: this goes back below
+            elif grant.granted and lease_s > 0:
+                lease = _Lease(grant.granted, grant.granted_at_ms, start + lease_s)
+                bisect.insort(self._leases, lease, key=lambda x: x.expires)
                 self._held += grant.granted
             elif grant.granted:
                 self._expired.append(_Lease(grant.granted, grant.granted_at_ms, start))
@@ -378,6 +375,12 @@ class GlobalLimit:
                 self._empty_until = time.monotonic() + wait
             elif grant.granted < amount:
                 self._empty_until = time.monotonic() + self.interval / 2
+        if closed and grant.granted:
+            self._refund(grant.granted, grant.granted_at_ms, retry=True)
+            with self._lock:
+                retries, self._retries = self._retries, []
+            for again, at in retries:
+                self._refund(again, at, retry=False)
 
     def _refund(self, amount: int, at_ms: int, *, retry: bool) -> None:
         try:
@@ -419,8 +422,8 @@ class GlobalLimit:
             self._wake.notify()
         self._thread.join()
         with self._lock:
-            gone = self._expired + list(self._leases)
-            self._expired, self._leases, self._held = [], deque(), 0
+            gone = self._expired + self._leases
+            self._expired, self._leases, self._held = [], [], 0
             retries, self._retries = self._retries, []
         for lease in gone:
             if lease.amount:
