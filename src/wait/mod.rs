@@ -94,7 +94,9 @@ struct Queue {
 /// Every waiter, its queues, the agenda and the deadlines.
 pub struct WaitRoom<R> {
     waiters: HashMap<WaiterId, Waiter<R>>,
-    queues: HashMap<(Db, KeyName), Queue>,
+    /// Database -> key -> its queue (looked up by `&[u8]`, without a copy:
+    /// a check asks whether its key has waiters while anyone waits).
+    queues: HashMap<Db, HashMap<KeyName, Queue>>,
     /// (due ms, order it fell due) -> the queue.
     agenda: BTreeMap<(i64, u64), (Db, KeyName)>,
     /// (deadline ms, waiter).
@@ -133,13 +135,12 @@ impl<R> WaitRoom<R> {
 
     /// Whether anyone waits on `key` of `db`.
     pub fn queued(&self, db: Db, key: &[u8]) -> bool {
-        self.queues.contains_key(&(db, Box::from(key)))
+        self.queue(db, key).is_some()
     }
 
     /// When `key`'s queue is next tried (Unix ms), if it is due.
     pub fn due_at(&self, db: Db, key: &[u8]) -> Option<i64> {
-        self.queues
-            .get(&(db, Box::from(key)))
+        self.queue(db, key)
             .and_then(|queue| queue.due)
             .map(|(at, _)| at)
     }
@@ -147,10 +148,18 @@ impl<R> WaitRoom<R> {
     /// The keys with waiters, of `db` (every database when `None`).
     pub fn keys(&self, db: Option<Db>) -> Vec<(Db, KeyName)> {
         self.queues
-            .keys()
-            .filter(|(at, _)| db.is_none_or(|db| db == *at))
-            .cloned()
+            .iter()
+            .filter(|(at, _)| db.is_none_or(|db| db == **at))
+            .flat_map(|(at, keys)| keys.keys().map(|key| (*at, key.clone())))
             .collect()
+    }
+
+    fn queue(&self, db: Db, key: &[u8]) -> Option<&Queue> {
+        self.queues.get(&db)?.get(key)
+    }
+
+    fn queue_mut(&mut self, db: Db, key: &[u8]) -> Option<&mut Queue> {
+        self.queues.get_mut(&db)?.get_mut(key)
     }
 
     /// A waiter joins the end of the queue of each of its keys. `first_try_ms`:
@@ -172,7 +181,12 @@ impl<R> WaitRoom<R> {
         let now = host.now_ms();
         let first_try = now.saturating_add(first_try_ms.unwrap_or(0).max(0));
         for key in &keys {
-            let queue = self.queues.entry((db, key.clone())).or_default();
+            let queue = self
+                .queues
+                .entry(db)
+                .or_default()
+                .entry(key.clone())
+                .or_default();
             queue.waiters.insert(id);
             if queue.waiters.len() == 1 {
                 self.schedule(db, key, first_try);
@@ -248,7 +262,7 @@ impl<R> WaitRoom<R> {
                 let Some((db, key)) = self.agenda.remove(&(due, order)) else {
                     break;
                 };
-                if let Some(queue) = self.queues.get_mut(&(db, key.clone())) {
+                if let Some(queue) = self.queue_mut(db, &key) {
                     queue.due = None;
                 }
                 self.serve(host, db, &key, now, (due, order));
@@ -262,8 +276,7 @@ impl<R> WaitRoom<R> {
     fn serve<H: Host<R>>(&mut self, host: &mut H, db: Db, key: &[u8], now: i64, place: (i64, u64)) {
         loop {
             let Some(front) = self
-                .queues
-                .get(&(db, Box::from(key)))
+                .queue(db, key)
                 .and_then(|queue| queue.waiters.first().copied())
             else {
                 return;
@@ -298,8 +311,7 @@ impl<R> WaitRoom<R> {
     fn first_everywhere(&self, id: WaiterId) -> bool {
         self.waiters.get(&id).is_some_and(|waiter| {
             waiter.keys.iter().all(|key| {
-                self.queues
-                    .get(&(waiter.db, key.clone()))
+                self.queue(waiter.db, key)
                     .and_then(|queue| queue.waiters.first())
                     == Some(&id)
             })
@@ -314,8 +326,10 @@ impl<R> WaitRoom<R> {
             self.deadlines.remove(&(deadline, id));
         }
         for key in &waiter.keys {
-            let slot = (waiter.db, key.clone());
-            let Some(queue) = self.queues.get_mut(&slot) else {
+            let Some(keys) = self.queues.get_mut(&waiter.db) else {
+                continue;
+            };
+            let Some(queue) = keys.get_mut(key) else {
                 continue;
             };
             let headed = queue.waiters.first() == Some(&id);
@@ -324,7 +338,10 @@ impl<R> WaitRoom<R> {
                 if let Some(place) = queue.due {
                     self.agenda.remove(&place);
                 }
-                self.queues.remove(&slot);
+                keys.remove(key);
+                if keys.is_empty() {
+                    self.queues.remove(&waiter.db);
+                }
             } else if headed {
                 self.schedule(waiter.db, key, now);
             }
@@ -334,10 +351,7 @@ impl<R> WaitRoom<R> {
 
     /// Makes `key`'s queue due at `at_ms`, or sooner if it already is.
     fn schedule(&mut self, db: Db, key: &[u8], at_ms: i64) {
-        let due = self
-            .queues
-            .get(&(db, Box::from(key)))
-            .map(|queue| queue.due);
+        let due = self.queue(db, key).map(|queue| queue.due);
         match due {
             None => {}
             Some(Some((at, _))) if at <= at_ms => {}
@@ -353,14 +367,13 @@ impl<R> WaitRoom<R> {
 
     /// Puts `key`'s queue on the agenda at `place`.
     fn put_back(&mut self, db: Db, key: &[u8], place: (i64, u64)) {
-        let slot = (db, Box::from(key));
-        let Some(queue) = self.queues.get_mut(&slot) else {
+        let Some(queue) = self.queue_mut(db, key) else {
             return;
         };
         if let Some(old) = queue.due.replace(place) {
             self.agenda.remove(&old);
         }
-        self.agenda.insert(place, slot);
+        self.agenda.insert(place, (db, Box::from(key)));
     }
 
     /// Asks the host to wake the room when there is something to do next: a
@@ -397,8 +410,7 @@ impl<R> WaitRoom<R> {
         for (id, waiter) in &self.waiters {
             for key in &waiter.keys {
                 let queue = self
-                    .queues
-                    .get(&(waiter.db, key.clone()))
+                    .queue(waiter.db, key)
                     .ok_or(format!("{id:?}: no queue"))?;
                 if !queue.waiters.contains(id) {
                     return Err(format!("{id:?} missing from its queue"));
@@ -410,7 +422,16 @@ impl<R> WaitRoom<R> {
                 }
             }
         }
-        for (slot, queue) in &self.queues {
+        let queues = || {
+            self.queues.iter().flat_map(|(db, keys)| {
+                keys.iter()
+                    .map(move |(key, queue)| ((*db, key.clone()), queue))
+            })
+        };
+        if self.queues.values().any(HashMap::is_empty) {
+            return Err("an empty database of queues was kept".into());
+        }
+        for (slot, queue) in queues() {
             if queue.waiters.is_empty() {
                 return Err("an empty queue was kept".into());
             }
@@ -422,12 +443,12 @@ impl<R> WaitRoom<R> {
                 return Err("a queue holds one who left".into());
             }
             if let Some(place) = queue.due {
-                if self.agenda.get(&place) != Some(slot) {
+                if self.agenda.get(&place) != Some(&slot) {
                     return Err("a due queue is not on the agenda".into());
                 }
             }
         }
-        if self.agenda.len() != self.queues.values().filter(|q| q.due.is_some()).count() {
+        if self.agenda.len() != queues().filter(|(_, q)| q.due.is_some()).count() {
             return Err("the agenda lists a queue that is not due".into());
         }
         if self.deadlines.len()
