@@ -14,7 +14,15 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from redis_ratelimit import FixedWindow, GlobalLimit, Limit, RateLimiter, Stats, TokenBucket
+from redis_ratelimit import (
+    FixedWindow,
+    GlobalLimit,
+    Limit,
+    RateLimiter,
+    SlidingCounter,
+    Stats,
+    TokenBucket,
+)
 
 from .servers import Server
 
@@ -251,3 +259,108 @@ def test_redis_hung_never_holds_a_request_and_recovers() -> None:
     finally:
         server.process.send_signal(signal.SIGCONT)
         server.stop()
+
+
+def _paced(
+    port: int, key: str, limit: Limit, demand: float, start: float, seconds: float, out: Connection
+) -> None:
+    """Tries `demand` requests a second from wall time `start` for
+    `seconds` (each at its time, allowed or not, as a server under load
+    would); sends back the wall times of the allowed ones and the counters."""
+    client = redis.Redis(port=port)
+    gl = GlobalLimit(client, key, limit, max_lease=MAX_LEASE)
+    times: list[tuple[float, float]] = []
+    time.sleep(max(0.0, start - time.time()))
+    attempted = 0
+    while True:
+        due = start + attempted / demand
+        now = time.time()
+        if now >= start + seconds:
+            break
+        if due > now:
+            time.sleep(due - now)
+            continue
+        attempted += 1
+        before = time.time()
+        if gl.allow():
+            times.append((before, time.time()))
+    gl.close()
+    out.send((times, gl.stats()))
+    out.close()
+
+
+def _share_paced(
+    r: redis.Redis, key: str, limit: Limit, demands: list[float], seconds: float
+) -> Results:
+    """One process per demand, all starting together, each with its own
+    GlobalLimit of `limit` on `key`."""
+    port = r.connection_pool.connection_kwargs["port"]
+    ctx = multiprocessing.get_context("fork")
+    start = time.time() + 0.5
+    pipes, workers = [], []
+    for demand in demands:
+        recv, send = ctx.Pipe(duplex=False)
+        args = (port, key, limit, demand, start, seconds, send)
+        p = ctx.Process(target=_paced, args=args)
+        p.start()
+        pipes.append(recv)
+        workers.append(p)
+    results: Results = [pipe.recv() for pipe in pipes]
+    for p in workers:
+        p.join(10)
+    return results
+
+
+def _assert_fair(results: Results) -> None:
+    allowed = [len(times) for times, _ in results]
+    mean = sum(allowed) / len(allowed)
+    assert all(abs(a - mean) <= 0.25 * mean for a in allowed), allowed
+
+
+def test_equal_processes_split_a_token_bucket_fairly(r: redis.Redis) -> None:
+    # Four processes of equal demand, together twice the rate.
+    results = _share_paced(r, "g:fair-tb", TokenBucket(1000, 1000), [500.0] * 4, seconds=5)
+    _assert_fair(results)
+    # Short grants put each in the fair split: at most one ask per interval.
+    for _, stats in results:
+        assert stats.calls <= 5 / 0.025 + 20, stats
+
+
+def test_equal_processes_split_a_fixed_window_fairly(r: redis.Redis) -> None:
+    results = _share_paced(r, "g:fair-fw", FixedWindow(1000, 1), [500.0] * 4, seconds=5)
+    _assert_fair(results)
+
+
+def test_processes_sharing_a_sliding_counter_stay_within_its_estimate(r: redis.Redis) -> None:
+    # The server grants only what fits its estimate (the oldest sub-window
+    # weighted by the share of it still inside the window), a refund leaves
+    # the grant's sub-window, and a lease ends with its sub-window: so the
+    # same estimate made of what was *spent* never passes the limit either.
+    limit, precision = 1000, 4
+    results = _share_paced(
+        r, "g:sc", SlidingCounter(limit, 1, precision=precision), [500.0] * 4, seconds=4
+    )
+    sub = 1.0 / precision
+    spent: list[float] = []
+    straddling = 0
+    for times, stats in results:
+        assert stats.spent == len(times) and stats.refunds_lost == 0
+        for before, after in times:
+            if int(before / sub) == int(after / sub):
+                spent.append(after)
+            else:
+                straddling += 1
+    spent.sort()
+    assert straddling <= len(spent) // 100
+    counts: Counter[int] = Counter()
+    worst = 0.0
+    for t in spent:
+        k = int(t / sub)
+        counts[k] += 1
+        elapsed = t / sub - k  # share of sub-window k gone by t
+        estimate = sum(counts[i] for i in range(k - precision + 1, k + 1))
+        estimate += counts[k - precision] * (1 - elapsed)
+        worst = max(worst, estimate)
+    assert worst <= limit, worst
+    # Demand is twice the limit: most of it is used.
+    assert len(spent) >= limit * 4 * 0.7, len(spent)

@@ -34,20 +34,28 @@ fails is retried once; then it is counted (``refunds_lost``) and logged.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
+import contextlib
 import logging
 import math
+import random
 import threading
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import redis
+import redis.asyncio
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
 from .commands import Command, Key, decision_from
+from .decision import Decision
+from .kinds import require_async, require_sync
 from .limits import GCRA, FixedWindow, Limit, SlidingCounter, TokenBucket
-from .web.guard import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT, SyncGuard
+from .web.guard import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT, AsyncGuard, SyncGuard
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +144,318 @@ class _Lease:
     expires: float
 
 
+@dataclass
+class _Plan:
+    """What the refill loop does next (found under the lock, done outside)."""
+
+    refunds: list[_Lease]
+    retries: list[tuple[int, int]]
+    want: int
+    #: Seconds until the loop looks again, unless woken.
+    wait: float
+
+
+def _sub_window_end_ms(limit: SlidingCounter, at_ms: int) -> int:
+    """The end (Unix ms) of the sliding counter's sub-window holding
+    `at_ms`: sub-windows are ``window / precision`` long, from the epoch."""
+    window = int(limit.window_ms() or 1)
+    precision = limit.precision or 1
+    k = at_ms * precision // window
+    return -(-((k + 1) * window) // precision)
+
+
+class _Core:
+    """The state a leased limit keeps, and every decision on it: what a
+    request takes, when to ask Redis and for how much, what a grant, a
+    failure and a refund change. No I/O: `GlobalLimit` (a thread) and
+    `AsyncGlobalLimit` (an asyncio task) drive it.
+
+    The fair split. A process is *scarce* once a grant comes back short
+    (less than asked) and until one comes back whole. While scarce it asks at
+    a fixed cadence, at most once per `interval` (never sooner because it ran
+    dry), and at most ``ceil(demand x interval)``, its own measured demand
+    (requests attempted, allowed or not) over one interval. Processes of
+    equal demand then ask for equal amounts equally often, whatever their
+    speed or luck. Out of scarcity, batches are demand-sized (two intervals'
+    worth, asked when less than one interval's worth is held).
+    """
+
+    def __init__(
+        self,
+        limit: Limit,
+        *,
+        max_lease: float,
+        interval: float,
+        idle: float | None,
+        max_batch: int | None,
+        fail_open: bool,
+    ) -> None:
+        if not isinstance(limit, LEASABLE):
+            names = ", ".join(c.__name__ for c in LEASABLE)
+            raise TypeError(f"a GlobalLimit leases from {names}, not {type(limit).__name__}")
+        if not 0 < interval < max_lease:
+            raise ValueError("interval must be above 0 and below max_lease")
+        self.limit = limit
+        self.max_lease = max_lease
+        self.interval = interval
+        self.idle = idle if idle is not None else max(0.1, 4 * interval)
+        self.max_batch = max_batch if max_batch is not None else max(1, limit.quota // 4)
+        self.fail_open = fail_open
+        self.lock = threading.Lock()
+        #: Called (under the lock) when the refill loop should look now.
+        self.wake: Any = lambda: None
+        # Live leases, the one to end first first (spent first).
+        self.leases: list[_Lease] = []
+        # Leases ended and not yet refunded (the refill loop sends them).
+        self.expired: list[_Lease] = []
+        self.held = 0
+        self.stats = Stats()
+        # Demand: units asked for since the last estimate, and the estimate
+        # (units a second, an exponentially weighted average).
+        self.asked = 0
+        self.rate = 0.0
+        self.last_estimate = time.monotonic()
+        self.last_request = 0.0
+        # Nothing left at Redis until then (monotonic): do not ask before.
+        self.empty_until = 0.0
+        # The fair split: scarce since a short grant; no ask before next_ask.
+        self.scarce = False
+        self.next_ask = 0.0
+        # The last grant's word on the limit, for a decision's fields.
+        self.last_remaining = limit.quota
+        self.last_reset_ms = 0
+        # Refill below this (units, from the loop's last look); woken since.
+        self.low_water = 0.0
+        self.woken = False
+        self.failing = False
+        self.retries: list[tuple[int, int]] = []
+        self.closed = False
+        self.fetching = False
+
+    # The request path (callers hold the lock) --------------------------------
+
+    def request(self, cost: int, now: float) -> bool | None:
+        """True: `cost` spent from what is held. None: nothing held and no
+        demand seen yet, so nothing could have foreseen this request: the
+        caller asks Redis itself (once), then `take`s. False: see `refuse`."""
+        self.asked += cost
+        self.last_request = now
+        if self.take(cost, now):
+            # Below one interval's worth (as of the loop's last look): wake
+            # the loop once (a thread switch costs some 20 us in CPython: not
+            # on every request), unless it is scarce and keeps its cadence.
+            if self.held < self.low_water and not self.woken and not self.scarce:
+                self.woken = True
+                self.wake()
+            return True
+        if not self.scarce and not self.failing and now >= self.empty_until:
+            self.wake()  # starved: demand rose faster than the batches
+        if self.rate == 0.0 and not self.failing and now >= self.empty_until and not self.fetching:
+            self.fetching = True
+            return None
+        return False
+
+    def take(self, cost: int, now: float) -> bool:
+        """Spends `cost` from live leases, the first to end first."""
+        self.drop_expired(now)
+        if self.held < cost:
+            return False
+        left = cost
+        while left:
+            lease = self.leases[0]
+            used = min(left, lease.amount)
+            lease.amount -= used
+            left -= used
+            if lease.amount == 0:
+                del self.leases[0]
+        self.held -= cost
+        self.stats.spent += cost
+        return True
+
+    def give_back(self, cost: int, now: float) -> None:
+        """Returns `cost` just spent (a request another limit then denied)
+        to the live lease that ends last; lost if none is live."""
+        self.drop_expired(now)
+        if self.leases:
+            self.leases[-1].amount += cost
+            self.held += cost
+            self.stats.spent -= cost
+
+    def refuse(self, now: float) -> bool:
+        """The answer when nothing is held: the fail mode while Redis fails,
+        else a denial (counted as `denied` when Redis said the limit is
+        spent, `starved` when this process only had not asked in time)."""
+        if self.failing:
+            if self.fail_open:
+                self.stats.failed_open += 1
+                return True
+            self.stats.failed_closed += 1
+            return False
+        if now < self.empty_until or self.scarce:
+            self.stats.denied += 1
+        else:
+            self.stats.starved += 1
+        return False
+
+    def retry_after_s(self, now: float) -> float:
+        """About how long until this process may hold quota again."""
+        return max(self.interval, self.empty_until - now, self.next_ask - now)
+
+    def drop_expired(self, now: float) -> None:
+        while self.leases and self.leases[0].expires <= now:
+            lease = self.leases.pop(0)
+            self.held -= lease.amount
+            self.expired.append(lease)
+
+    def demand(self, now: float) -> float:
+        """Units a second: the average, or what has been asked since it was
+        last taken when that is more (demand rising)."""
+        elapsed = now - self.last_estimate
+        current = self.asked / elapsed if elapsed >= 0.002 else 0.0
+        return max(self.rate, current)
+
+    # The refill loop (callers hold the lock) ---------------------------------
+
+    def plan(self, now: float) -> _Plan:
+        demand = self.demand(now)
+        self.estimate(now)
+        demand = max(demand, self.rate)
+        self.low_water = demand * self.interval
+        self.woken = False
+        self.drop_expired(now)
+        refunds, self.expired = self.expired, []
+        # Demand dropped: no request for `idle` seconds.
+        idle = now - self.last_request >= self.idle
+        if idle and self.held:
+            refunds += self.leases
+            self.leases = []
+            self.held = 0
+        want = 0
+        wait = self.interval / 2
+        if not idle and demand > 0:
+            if now < self.empty_until:
+                wait = min(wait, self.empty_until - now)
+            elif self.scarce:
+                # A fixed cadence: one ask per interval, one interval's demand.
+                if now >= self.next_ask:
+                    want = math.ceil(demand * self.interval) - self.held
+                    # One interval and a random part of another: asks that
+                    # kept one order would split a refilling bucket by the
+                    # gaps between them (the ask after the longest gap gets
+                    # most), the same processes every time.
+                    self.next_ask = now + self.interval * (1 + random.random())
+                wait = min(wait, max(0.0, self.next_ask - now))
+            elif self.held < demand * self.interval:
+                # Enough for two intervals: one to use, one to refill in.
+                want = math.ceil(demand * 2 * self.interval) - self.held
+                self.next_ask = now + self.interval
+        if want > 0:
+            want = min(want, self.max_batch)
+        retries, self.retries = self.retries, []
+        return _Plan(refunds, retries, max(0, want), wait)
+
+    def estimate(self, now: float) -> None:
+        elapsed = now - self.last_estimate
+        if elapsed < self.interval / 2:
+            return
+        sample = self.asked / elapsed
+        self.rate = sample if self.rate == 0.0 else 0.5 * self.rate + 0.5 * sample
+        if self.rate < 0.5 / self.max_lease and self.asked == 0:
+            self.rate = 0.0  # demand gone
+        self.asked = 0
+        self.last_estimate = now
+
+    def lease_seconds(self, grant: Grant) -> float:
+        """How long a grant may be spent: `max_lease`, and never past the
+        window (fixed window) or sub-window (sliding counter) that counted it,
+        timed from before the request was sent."""
+        lease_s = self.max_lease
+        if isinstance(self.limit, FixedWindow):
+            lease_s = min(lease_s, grant.reset_after_ms / 1000 - _WINDOW_MARGIN_S)
+        elif isinstance(self.limit, SlidingCounter):
+            end_ms = _sub_window_end_ms(self.limit, grant.granted_at_ms)
+            lease_s = min(lease_s, (end_ms - grant.granted_at_ms) / 1000 - _WINDOW_MARGIN_S)
+        return lease_s
+
+    def granted(self, grant: Grant, amount: int, start: float) -> _Lease | None:
+        """Holds what a grant of up to `amount` (asked at `start`) brought;
+        returns it when it must go back at once (closed meanwhile)."""
+        self.failing = False
+        self.stats.granted += grant.granted
+        self.last_remaining = grant.remaining
+        self.last_reset_ms = grant.reset_after_ms
+        # Scarce on a short grant; out of it on a whole one that left at
+        # least as much again at Redis (a whole grant that emptied the limit
+        # says nothing about the next: see `_Core`).
+        if grant.granted < amount:
+            self.scarce = True
+        elif grant.remaining >= amount:
+            self.scarce = False
+        back: _Lease | None = None
+        lease_s = self.lease_seconds(grant)
+        if self.closed:
+            # close() has already given back what was held: this goes back too.
+            back = _Lease(grant.granted, grant.granted_at_ms, start)
+        elif grant.granted and lease_s > 0:
+            lease = _Lease(grant.granted, grant.granted_at_ms, start + lease_s)
+            bisect.insort(self.leases, lease, key=lambda x: x.expires)
+            self.held += grant.granted
+        elif grant.granted:
+            self.expired.append(_Lease(grant.granted, grant.granted_at_ms, start))
+        if grant.granted == 0:
+            # Spent at Redis: no ask before it can grant 1 (a fixed window's
+            # end), nor before half an interval.
+            wait = max(grant.retry_after_ms / 1000, self.interval / 2)
+            self.empty_until = time.monotonic() + wait
+        return back if back is not None and back.amount else None
+
+    def failed(self, key: Key, error: Exception) -> None:
+        if not self.failing:
+            log.warning("GlobalLimit %r: Redis failed (%s)", key, error)
+        self.failing = True
+
+    def refund_failed(self, amount: int, at_ms: int, retry: bool) -> bool:
+        """Queues a failed refund for one more try; True when it is lost."""
+        if retry:
+            self.retries.append((amount, at_ms))
+            return False
+        self.stats.refunds_lost += amount
+        return True
+
+    def refunded(self, amount: int, back: int) -> None:
+        self.stats.refunded += back
+        self.stats.refund_declined += amount - back
+
+    def closing(self) -> tuple[list[_Lease], list[tuple[int, int]]]:
+        """Everything held and owed, to refund on close."""
+        gone = [x for x in self.expired + self.leases if x.amount]
+        self.expired, self.leases, self.held = [], [], 0
+        retries, self.retries = self.retries, []
+        return gone, retries
+
+    def snapshot(self) -> Stats:
+        copy = Stats(**vars(self.stats))
+        copy.held = self.held
+        return copy
+
+    def decision(self, allowed: bool, now: float) -> Decision:
+        """A decision for the web middleware's fields: the limit, what the
+        last grant left at Redis plus what this process holds (an estimate:
+        other processes hold some too), and, when denied, about when this
+        process may hold quota again."""
+        return Decision(
+            allowed=allowed,
+            limit=self.limit.quota,
+            remaining=max(0, self.last_remaining) + self.held,
+            retry_after=timedelta(0) if allowed else timedelta(seconds=self.retry_after_s(now)),
+            reset_after=timedelta(milliseconds=max(0, self.last_reset_ms)),
+            policy=self.limit.policy(),
+        )
+
+
+_FAILURES = (redis.ConnectionError, redis.TimeoutError)
+
+
 class GlobalLimit:
     """One limit on one Redis `key`, shared by every process that makes a
     `GlobalLimit` of it, decided locally from quota leased in batches.
@@ -147,9 +467,12 @@ class GlobalLimit:
     refills when what is held would last less than one `interval`, so no
     request waits on a refill it could have foreseen. (Only the first
     request, with nothing held and no demand seen yet, asks Redis on its
-    own path.) A lease lives at most `max_lease` seconds (for a
-    `FixedWindow`, also never past its window); then, after `idle` seconds
-    without a request, and on `close()`, what was not spent is refunded.
+    own path.) When the limit runs short, processes share it by the fair
+    split (`_Core`): one ask per interval, each for one interval of its own
+    demand. A lease lives at most `max_lease` seconds (for a `FixedWindow`,
+    never past its window; for a `SlidingCounter`, never past the
+    sub-window that counted it); then, after `idle` seconds without a
+    request, and on `close()`, what was not spent is refunded.
 
     The bound on what all processes together allow, per algorithm, is in
     this module's docstring and in docs/clients.md.
@@ -160,6 +483,9 @@ class GlobalLimit:
     and Redis failing, requests are allowed (True) or denied (False).
     `max_batch` caps one grant (default: a quarter of the limit's quota,
     so one process does not take all of a limit others share).
+
+    The web middleware takes it as one of a rule's limits
+    (``limits=[TokenBucket(10, 1), payments]``): see `redis_ratelimit.web.Rule`.
     """
 
     def __init__(
@@ -176,259 +502,145 @@ class GlobalLimit:
         timeout: float = DEFAULT_TIMEOUT,
         cooldown: float = DEFAULT_COOLDOWN,
     ) -> None:
-        if not isinstance(limit, LEASABLE):
-            names = ", ".join(c.__name__ for c in LEASABLE)
-            raise TypeError(f"a GlobalLimit leases from {names}, not {type(limit).__name__}")
-        if not 0 < interval < max_lease:
-            raise ValueError("interval must be above 0 and below max_lease")
+        self._core = core = _Core(
+            limit,
+            max_lease=max_lease,
+            interval=interval,
+            idle=idle,
+            max_batch=max_batch,
+            fail_open=fail_open,
+        )
+        require_sync(redis_client, "GlobalLimit", "AsyncGlobalLimit")
         self.key = key
         self.limit = limit
         self.max_lease = max_lease
         self.interval = interval
-        self.idle = idle if idle is not None else max(0.1, 4 * interval)
-        self.max_batch = max_batch if max_batch is not None else max(1, limit.quota // 4)
+        self.idle = core.idle
+        self.max_batch = core.max_batch
         self.fail_open = fail_open
         self._guard = SyncGuard(redis_client, timeout, cooldown)
-        self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
-        self._fetching = threading.Lock()
-        # Live leases, the one to end first first (spent first).
-        self._leases: list[_Lease] = []
-        # Leases ended and not yet refunded (the background thread sends them).
-        self._expired: list[_Lease] = []
-        self._held = 0
-        self._stats = Stats()
-        # Demand: units asked for since the last estimate, and the estimate
-        # (units a second, an exponentially weighted average).
-        self._asked = 0
-        self._rate = 0.0
-        self._last_estimate = time.monotonic()
-        self._last_request = 0.0
-        # Nothing left at Redis until then (monotonic): do not ask before.
-        self._empty_until = 0.0
-        self._failing = False
-        self._retries: list[tuple[int, int]] = []
-        self._closed = False
+        self._event = threading.Event()
+        core.wake = self._wake
         self._thread = threading.Thread(target=self._run, name="GlobalLimit", daemon=True)
         self._thread.start()
+
+    def _wake(self) -> None:
+        if not self._event.is_set():
+            self._event.set()
 
     # The request path ------------------------------------------------------
 
     def allow(self, cost: int = 1) -> bool:
         """True when the request may go ahead (its `cost` spent from the
         quota held); never waits on Redis once this process has seen demand."""
+        core = self._core
         now = time.monotonic()
-        with self._lock:
-            self._asked += cost
-            self._last_request = now
-            if self._take(cost, now):
-                if self._held < self._low_water():
-                    self._wake.notify()
-                return True
-            first = self._rate == 0.0 and not self._failing and now >= self._empty_until
-            self._wake.notify()
-        if first and self._fetching.acquire(blocking=False):
-            # Nothing held and no demand seen yet: nothing could have
-            # foreseen this request, so it asks Redis itself, once.
-            try:
-                self._fetch(max(cost, 1))
-            finally:
-                self._fetching.release()
-            with self._lock:
-                if self._take(cost, time.monotonic()):
-                    return True
-        with self._lock:
-            if self._failing:
-                if self.fail_open:
-                    self._stats.failed_open += 1
-                    return True
-                self._stats.failed_closed += 1
-                return False
-            if time.monotonic() < self._empty_until:
-                self._stats.denied += 1
-            else:
-                self._stats.starved += 1
-            return False
+        with core.lock:
+            answer = core.request(cost, now)
+            if answer is not None:
+                return answer or core.refuse(now)
+        # Nothing held and no demand seen yet: nothing could have foreseen
+        # this request, so it asks Redis itself, once.
+        try:
+            self._fetch(max(cost, 1))
+        finally:
+            with core.lock:
+                core.fetching = False
+        now = time.monotonic()
+        with core.lock:
+            return core.take(cost, now) or core.refuse(now)
 
-    def _take(self, cost: int, now: float) -> bool:
-        """Spends `cost` from live leases, oldest first (under the lock)."""
-        self._drop_expired_locked(now)
-        if self._held < cost:
-            return False
-        left = cost
-        while left:
-            lease = self._leases[0]
-            used = min(left, lease.amount)
-            lease.amount -= used
-            left -= used
-            if lease.amount == 0:
-                del self._leases[0]
-        self._held -= cost
-        self._stats.spent += cost
-        return True
+    def check(self, cost: int = 1) -> Decision:
+        """`allow`, as a `Decision` (the web middleware's fields)."""
+        allowed = self.allow(cost)
+        with self._core.lock:
+            return self._core.decision(allowed, time.monotonic())
 
-    def _drop_expired_locked(self, now: float) -> list[_Lease]:
-        gone: list[_Lease] = []
-        while self._leases and self._leases[0].expires <= now:
-            lease = self._leases.pop(0)
-            self._held -= lease.amount
-            gone.append(lease)
-        self._expired.extend(gone)
-        return gone
-
-    def _demand(self, now: float) -> float:
-        """Units a second: the average, or what has been asked since it was
-        last taken when that is more (demand rising)."""
-        elapsed = now - self._last_estimate
-        current = self._asked / elapsed if elapsed >= 0.002 else 0.0
-        return max(self._rate, current)
-
-    def _low_water(self) -> float:
-        """Refill when what is held would last less than one interval."""
-        return self._demand(time.monotonic()) * self.interval
+    def give_back(self, cost: int = 1) -> None:
+        """Undoes an allowed `cost` that was not used after all (another
+        limit denied the request): it is held again, not refunded."""
+        with self._core.lock:
+            self._core.give_back(cost, time.monotonic())
 
     # The background thread ---------------------------------------------------
 
     def _run(self) -> None:
+        core = self._core
         while True:
-            with self._lock:
-                if self._closed:
+            with core.lock:
+                if core.closed:
                     return
-                now = time.monotonic()
-                demand = self._demand(now)
-                self._estimate(now)
-                demand = max(demand, self._rate)
-                self._drop_expired_locked(now)
-                expired, self._expired = self._expired, []
-                # Demand dropped: no request for `idle` seconds.
-                idle = now - self._last_request >= self.idle
-                if idle and self._held:
-                    expired += self._leases
-                    self._leases = []
-                    self._held = 0
-                want = 0
-                if (
-                    not idle
-                    and demand > 0
-                    and self._held < demand * self.interval
-                    and now >= self._empty_until
-                ):
-                    # Enough for two intervals: one to use, one to refill in.
-                    want = math.ceil(demand * 2 * self.interval) - self._held
-                    want = max(1, min(want, self.max_batch))
-                retries, self._retries = self._retries, []
-            for lease in expired:
+                plan = core.plan(time.monotonic())
+                self._event.clear()
+            for lease in plan.refunds:
                 if lease.amount:
                     self._refund(lease.amount, lease.granted_at_ms, retry=True)
-            for amount, at in retries:
+            for amount, at in plan.retries:
                 self._refund(amount, at, retry=False)
-            if want:
-                self._fetch(want)
-            with self._lock:
-                if self._closed:
+            if plan.want:
+                self._fetch(plan.want)
+            with core.lock:
+                if core.closed:
                     return
-                self._wake.wait(self.interval / 2)
-
-    def _estimate(self, now: float) -> None:
-        elapsed = now - self._last_estimate
-        if elapsed < self.interval / 2:
-            return
-        sample = self._asked / elapsed
-        self._rate = sample if self._rate == 0.0 else 0.5 * self._rate + 0.5 * sample
-        if self._rate < 0.5 / self.max_lease and self._asked == 0:
-            self._rate = 0.0  # demand gone
-        self._asked = 0
-        self._last_estimate = now
+            self._event.wait(plan.wait)
 
     def _fetch(self, amount: int) -> None:
         """Asks Redis for up to `amount`, and holds what comes."""
+        core = self._core
         start = time.monotonic()
-        with self._lock:
-            self._stats.calls += 1
+        with core.lock:
+            core.stats.calls += 1
         try:
             grant = self._guard.run(upto(self.key, self.limit, amount))
-        except (redis.ConnectionError, redis.TimeoutError) as error:
-            with self._lock:
-                if not self._failing:
-                    log.warning("GlobalLimit %r: Redis failed (%s)", self.key, error)
-                self._failing = True
+        except _FAILURES as error:
+            with core.lock:
+                core.failed(self.key, error)
             return
-        lease_s = self.max_lease
-        if isinstance(self.limit, FixedWindow):
-            lease_s = min(lease_s, grant.reset_after_ms / 1000 - _WINDOW_MARGIN_S)
-        with self._lock:
-            self._failing = False
-            self._stats.granted += grant.granted
-            closed = self._closed
-            if closed:
-                pass  # close() has already given back what was held: this goes back below
-            elif grant.granted and lease_s > 0:
-                lease = _Lease(grant.granted, grant.granted_at_ms, start + lease_s)
-                bisect.insort(self._leases, lease, key=lambda x: x.expires)
-                self._held += grant.granted
-            elif grant.granted:
-                self._expired.append(_Lease(grant.granted, grant.granted_at_ms, start))
-            # Less than asked: the limit is spent for now. Ask again no
-            # sooner than it can grant 1, nor than half an interval.
-            if grant.granted == 0:
-                wait = max(grant.retry_after_ms / 1000, self.interval / 2)
-                self._empty_until = time.monotonic() + wait
-            elif grant.granted < amount:
-                self._empty_until = time.monotonic() + self.interval / 2
-        if closed and grant.granted:
-            self._refund(grant.granted, grant.granted_at_ms, retry=True)
-            with self._lock:
-                retries, self._retries = self._retries, []
+        with core.lock:
+            back = core.granted(grant, amount, start)
+        if back is not None:
+            self._refund(back.amount, back.granted_at_ms, retry=True)
+            with core.lock:
+                retries, core.retries = core.retries, []
             for again, at in retries:
                 self._refund(again, at, retry=False)
 
     def _refund(self, amount: int, at_ms: int, *, retry: bool) -> None:
         try:
             back = self._guard.run(refund(self.key, self.limit, amount, at_ms))
-        except (redis.ConnectionError, redis.TimeoutError) as error:
-            with self._lock:
-                if retry:
-                    self._retries.append((amount, at_ms))
-                    return
-                self._stats.refunds_lost += amount
-            log.warning(
-                "GlobalLimit %r: could not refund %d unit(s) granted at %d ms (%s); lost",
-                self.key,
-                amount,
-                at_ms,
-                error,
-            )
+        except _FAILURES as error:
+            with self._core.lock:
+                lost = self._core.refund_failed(amount, at_ms, retry)
+            if lost:
+                _log_lost(self.key, amount, at_ms, error)
             return
-        with self._lock:
-            self._stats.refunded += back
-            self._stats.refund_declined += amount - back
+        with self._core.lock:
+            self._core.refunded(amount, back)
 
     # The rest ----------------------------------------------------------------
 
     def stats(self) -> Stats:
         """A copy of the counters."""
-        with self._lock:
-            copy = Stats(**vars(self._stats))
-            copy.held = self._held
-            return copy
+        with self._core.lock:
+            return self._core.snapshot()
 
     def close(self) -> None:
         """Stops the background thread and refunds what is held (a failed
         refund is retried once at once, then counted and logged)."""
-        with self._lock:
-            if self._closed:
+        core = self._core
+        with core.lock:
+            if core.closed:
                 return
-            self._closed = True
-            self._wake.notify()
+            core.closed = True
+        self._event.set()
         self._thread.join()
-        with self._lock:
-            gone = self._expired + self._leases
-            self._expired, self._leases, self._held = [], [], 0
-            retries, self._retries = self._retries, []
+        with core.lock:
+            gone, retries = core.closing()
         for lease in gone:
-            if lease.amount:
-                self._refund(lease.amount, lease.granted_at_ms, retry=True)
-        retries, self._retries = retries + self._retries, []
+            self._refund(lease.amount, lease.granted_at_ms, retry=True)
+        with core.lock:
+            retries += core.retries
+            core.retries = []
         for amount, at in retries:
             self._refund(amount, at, retry=False)
 
@@ -437,3 +649,194 @@ class GlobalLimit:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _log_lost(key: Key, amount: int, at_ms: int, error: Exception) -> None:
+    log.warning(
+        "GlobalLimit %r: could not refund %d unit(s) granted at %d ms (%s); lost",
+        key,
+        amount,
+        at_ms,
+        error,
+    )
+
+
+class AsyncGlobalLimit:
+    """`GlobalLimit` for asyncio (a ``redis.asyncio`` client): the same
+    leases, bound, fair split and failures, refilled by an asyncio task
+    instead of a thread.
+
+    ``await allow(cost=1)``: a coroutine, so that the one request that must
+    wait on Redis (the first, with nothing held and no demand seen) can do so
+    without blocking the event loop; every other call returns without
+    suspending (no await reaches the loop while quota is held, or when it is
+    denied). The refill task starts with the first `allow` (or
+    ``async with``), on the running loop; `aclose()` stops it and refunds
+    what is held.
+    """
+
+    def __init__(
+        self,
+        redis_client: redis.asyncio.Redis | AsyncRedisCluster,
+        key: Key,
+        limit: Limit,
+        *,
+        max_lease: float = 1.0,
+        interval: float = 0.025,
+        idle: float | None = None,
+        max_batch: int | None = None,
+        fail_open: bool = True,
+        timeout: float = DEFAULT_TIMEOUT,
+        cooldown: float = DEFAULT_COOLDOWN,
+    ) -> None:
+        self._core = core = _Core(
+            limit,
+            max_lease=max_lease,
+            interval=interval,
+            idle=idle,
+            max_batch=max_batch,
+            fail_open=fail_open,
+        )
+        require_async(redis_client, "AsyncGlobalLimit", "GlobalLimit")
+        self.key = key
+        self.limit = limit
+        self.max_lease = max_lease
+        self.interval = interval
+        self.idle = core.idle
+        self.max_batch = core.max_batch
+        self.fail_open = fail_open
+        self._guard = AsyncGuard(redis_client, timeout, cooldown)
+        self._event: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        core.wake = self._wake
+
+    def _wake(self) -> None:
+        event = self._event
+        if event is not None and not event.is_set():
+            event.set()
+
+    def _start(self) -> None:
+        if self._task is None and not self._core.closed:
+            self._event = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def allow(self, cost: int = 1) -> bool:
+        """True when the request may go ahead (its `cost` spent from the
+        quota held); awaits Redis only for the first request."""
+        core = self._core
+        if self._task is None:
+            self._start()
+        now = time.monotonic()
+        with core.lock:
+            answer = core.request(cost, now)
+            if answer is not None:
+                return answer or core.refuse(now)
+        try:
+            await self._fetch(max(cost, 1))
+        finally:
+            with core.lock:
+                core.fetching = False
+        now = time.monotonic()
+        with core.lock:
+            return core.take(cost, now) or core.refuse(now)
+
+    async def check(self, cost: int = 1) -> Decision:
+        """`allow`, as a `Decision` (the web middleware's fields)."""
+        allowed = await self.allow(cost)
+        with self._core.lock:
+            return self._core.decision(allowed, time.monotonic())
+
+    def give_back(self, cost: int = 1) -> None:
+        """Undoes an allowed `cost` that was not used after all."""
+        with self._core.lock:
+            self._core.give_back(cost, time.monotonic())
+
+    async def _run(self) -> None:
+        core = self._core
+        event = self._event
+        assert event is not None
+        while True:
+            with core.lock:
+                if core.closed:
+                    return
+                plan = core.plan(time.monotonic())
+                event.clear()
+            for lease in plan.refunds:
+                if lease.amount:
+                    await self._refund(lease.amount, lease.granted_at_ms, retry=True)
+            for amount, at in plan.retries:
+                await self._refund(amount, at, retry=False)
+            if plan.want:
+                await self._fetch(plan.want)
+            with core.lock:
+                if core.closed:
+                    return
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(event.wait(), plan.wait)
+
+    async def _fetch(self, amount: int) -> None:
+        core = self._core
+        start = time.monotonic()
+        with core.lock:
+            core.stats.calls += 1
+        try:
+            grant = await self._guard.run(upto(self.key, self.limit, amount))
+        except _FAILURES as error:
+            with core.lock:
+                core.failed(self.key, error)
+            return
+        with core.lock:
+            back = core.granted(grant, amount, start)
+        if back is not None:
+            await self._refund(back.amount, back.granted_at_ms, retry=True)
+            with core.lock:
+                retries, core.retries = core.retries, []
+            for again, at in retries:
+                await self._refund(again, at, retry=False)
+
+    async def _refund(self, amount: int, at_ms: int, *, retry: bool) -> None:
+        try:
+            back = await self._guard.run(refund(self.key, self.limit, amount, at_ms))
+        except _FAILURES as error:
+            with self._core.lock:
+                lost = self._core.refund_failed(amount, at_ms, retry)
+            if lost:
+                _log_lost(self.key, amount, at_ms, error)
+            return
+        with self._core.lock:
+            self._core.refunded(amount, back)
+
+    def stats(self) -> Stats:
+        """A copy of the counters."""
+        with self._core.lock:
+            return self._core.snapshot()
+
+    async def aclose(self) -> None:
+        """Stops the refill task and refunds what is held (a failed refund
+        is retried once at once, then counted and logged)."""
+        core = self._core
+        with core.lock:
+            if core.closed:
+                return
+            core.closed = True
+        task, self._task = self._task, None
+        if task is not None:
+            self._wake()
+            with contextlib.suppress(asyncio.TimeoutError):  # then cancelled by wait_for
+                await asyncio.wait_for(task, self._guard.timeout * 4 + 1)
+        with core.lock:
+            gone, retries = core.closing()
+        for lease in gone:
+            await self._refund(lease.amount, lease.granted_at_ms, retry=True)
+        with core.lock:
+            retries += core.retries
+            core.retries = []
+        for amount, at in retries:
+            await self._refund(amount, at, retry=False)
+
+    async def __aenter__(self) -> AsyncGlobalLimit:
+        self._start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
