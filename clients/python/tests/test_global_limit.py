@@ -358,7 +358,7 @@ def test_processes_sharing_a_sliding_counter_stay_within_its_estimate(r: redis.R
         k = int(t / sub)
         counts[k] += 1
         elapsed = t / sub - k  # share of sub-window k gone by t
-        estimate = sum(counts[i] for i in range(k - precision + 1, k + 1))
+        estimate: float = sum(counts[i] for i in range(k - precision + 1, k + 1))
         estimate += counts[k - precision] * (1 - elapsed)
         worst = max(worst, estimate)
     assert worst <= limit, worst
