@@ -13,7 +13,7 @@ from .errors import (
     UnblockedError,
     WrongTypeError,
 )
-from .global_limit import GlobalLimit, Stats
+from .global_limit import AsyncGlobalLimit, GlobalLimit, Stats
 from .info import KeyInfo
 from .limits import GCRA, FixedWindow, LeakyBucket, Limit, SlidingCounter, SlidingLog, TokenBucket
 from .top import TopEntry
@@ -21,6 +21,7 @@ from .units import Duration, Rate
 
 __all__ = [
     "GCRA",
+    "AsyncGlobalLimit",
     "AsyncRateLimiter",
     "CheckOptions",
     "Decision",

@@ -223,6 +223,8 @@ class _Core:
         self.next_ask = 0.0
         # The last grant's word on the limit, for a decision's fields.
         self.last_remaining = limit.quota
+        # A batch the refill loop asked for has come.
+        self.warm = False
         self.last_reset_ms = 0
         # Refill below this (units, from the loop's last look); woken since.
         self.low_water = 0.0
@@ -250,7 +252,9 @@ class _Core:
             return True
         if not self.scarce and not self.failing and now >= self.empty_until:
             self.wake()  # starved: demand rose faster than the batches
-        if self.rate == 0.0 and not self.failing and now >= self.empty_until and not self.fetching:
+        # No demand seen, or the refill loop's first batch not yet here.
+        cold = self.rate == 0.0 or not self.warm
+        if cold and not self.failing and now >= self.empty_until and not self.fetching:
             self.fetching = True
             return None
         return False
@@ -377,10 +381,12 @@ class _Core:
             lease_s = min(lease_s, (end_ms - grant.granted_at_ms) / 1000 - _WINDOW_MARGIN_S)
         return lease_s
 
-    def granted(self, grant: Grant, amount: int, start: float) -> _Lease | None:
-        """Holds what a grant of up to `amount` (asked at `start`) brought;
-        returns it when it must go back at once (closed meanwhile)."""
+    def granted(self, grant: Grant, amount: int, start: float, loop: bool) -> _Lease | None:
+        """Holds what a grant of up to `amount` (asked at `start`, by the
+        refill `loop` or a request) brought; returns it when it must go back
+        at once (closed meanwhile)."""
         self.failing = False
+        self.warm = self.warm or (loop and grant.granted > 0)
         self.stats.granted += grant.granted
         self.last_remaining = grant.remaining
         self.last_reset_ms = grant.reset_after_ms
@@ -460,18 +466,18 @@ class GlobalLimit:
     """One limit on one Redis `key`, shared by every process that makes a
     `GlobalLimit` of it, decided locally from quota leased in batches.
 
-    ``allow(cost=1)`` answers True or False without a round trip while
-    quota is held. A background thread keeps quota ahead of demand: it
-    sizes each batch from this process's recent demand so that it asks
-    Redis about every `interval` seconds (default 25 ms) under load, and
-    refills when what is held would last less than one `interval`, so no
-    request waits on a refill it could have foreseen. (Only the first
-    request, with nothing held and no demand seen yet, asks Redis on its
-    own path.) When the limit runs short, processes share it by the fair
-    split (`_Core`): one ask per interval, each for one interval of its own
-    demand. A lease lives at most `max_lease` seconds (for a `FixedWindow`,
-    never past its window; for a `SlidingCounter`, never past the
-    sub-window that counted it); then, after `idle` seconds without a
+    ``allow(cost=1)`` answers True or False without a round trip while quota
+    is held. A background thread keeps quota ahead of demand: it sizes each
+    batch from this process's recent demand so that it asks Redis about
+    every `interval` seconds (default 25 ms) under load, and refills when
+    what is held would last less than one `interval`, so no request waits on
+    a refill it could have foreseen. (Only the first requests, with nothing
+    held before the thread's first batch has come, ask Redis on their own
+    path, one at a time.) When the limit runs short, processes share it by
+    the fair split (`_Core`): one ask per interval, each for one interval of
+    its own demand. A lease lives at most `max_lease` seconds (for a
+    `FixedWindow`, never past its window; for a `SlidingCounter`, never past
+    the sub-window that counted it); then, after `idle` seconds without a
     request, and on `close()`, what was not spent is refunded.
 
     The bound on what all processes together allow, per algorithm, is in
@@ -542,7 +548,7 @@ class GlobalLimit:
         # Nothing held and no demand seen yet: nothing could have foreseen
         # this request, so it asks Redis itself, once.
         try:
-            self._fetch(max(cost, 1))
+            self._fetch(max(cost, 1), loop=False)
         finally:
             with core.lock:
                 core.fetching = False
@@ -584,7 +590,7 @@ class GlobalLimit:
                     return
             self._event.wait(plan.wait)
 
-    def _fetch(self, amount: int) -> None:
+    def _fetch(self, amount: int, *, loop: bool = True) -> None:
         """Asks Redis for up to `amount`, and holds what comes."""
         core = self._core
         start = time.monotonic()
@@ -597,7 +603,7 @@ class GlobalLimit:
                 core.failed(self.key, error)
             return
         with core.lock:
-            back = core.granted(grant, amount, start)
+            back = core.granted(grant, amount, start, loop)
         if back is not None:
             self._refund(back.amount, back.granted_at_ms, retry=True)
             with core.lock:
@@ -666,11 +672,11 @@ class AsyncGlobalLimit:
     leases, bound, fair split and failures, refilled by an asyncio task
     instead of a thread.
 
-    ``await allow(cost=1)``: a coroutine, so that the one request that must
-    wait on Redis (the first, with nothing held and no demand seen) can do so
-    without blocking the event loop; every other call returns without
-    suspending (no await reaches the loop while quota is held, or when it is
-    denied). The refill task starts with the first `allow` (or
+    ``await allow(cost=1)``: a coroutine, so that the requests that must
+    wait on Redis (the first ones, with nothing held before the refill
+    task's first batch has come) can do so without blocking the event loop;
+    every other call returns without suspending (no await reaches the loop
+    while quota is held, or when it is denied). The refill task starts with the first `allow` (or
     ``async with``), on the running loop; `aclose()` stops it and refunds
     what is held.
     """
@@ -722,7 +728,8 @@ class AsyncGlobalLimit:
 
     async def allow(self, cost: int = 1) -> bool:
         """True when the request may go ahead (its `cost` spent from the
-        quota held); awaits Redis only for the first request."""
+        quota held); awaits Redis only for the first requests, before the
+        refill task's first batch has come."""
         core = self._core
         if self._task is None:
             self._start()
@@ -732,7 +739,7 @@ class AsyncGlobalLimit:
             if answer is not None:
                 return answer or core.refuse(now)
         try:
-            await self._fetch(max(cost, 1))
+            await self._fetch(max(cost, 1), loop=False)
         finally:
             with core.lock:
                 core.fetching = False
@@ -774,7 +781,7 @@ class AsyncGlobalLimit:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(event.wait(), plan.wait)
 
-    async def _fetch(self, amount: int) -> None:
+    async def _fetch(self, amount: int, *, loop: bool = True) -> None:
         core = self._core
         start = time.monotonic()
         with core.lock:
@@ -786,7 +793,7 @@ class AsyncGlobalLimit:
                 core.failed(self.key, error)
             return
         with core.lock:
-            back = core.granted(grant, amount, start)
+            back = core.granted(grant, amount, start, loop)
         if back is not None:
             await self._refund(back.amount, back.granted_at_ms, retry=True)
             with core.lock:
