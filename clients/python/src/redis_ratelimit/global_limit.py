@@ -206,6 +206,8 @@ class _Core:
         self.wake: Any = lambda: None
         # Live leases, the one to end first first (spent first).
         self.leases: list[_Lease] = []
+        # The lease the last request was spent from (`give_back`).
+        self.spent_from: _Lease | None = None
         # Leases ended and not yet refunded (the refill loop sends them).
         self.expired: list[_Lease] = []
         self.held = 0
@@ -272,18 +274,23 @@ class _Core:
             left -= used
             if lease.amount == 0:
                 del self.leases[0]
+        self.spent_from = lease
         self.held -= cost
         self.stats.spent += cost
         return True
 
     def give_back(self, cost: int, now: float) -> None:
         """Returns `cost` just spent (a request another limit then denied)
-        to the live lease that ends last; lost if none is live."""
+        to the lease it was last spent from, if that is still live."""
         self.drop_expired(now)
-        if self.leases:
-            self.leases[-1].amount += cost
-            self.held += cost
-            self.stats.spent -= cost
+        lease = self.spent_from
+        if lease is None or lease.expires <= now:
+            return  # that lease has ended (and been refunded): lost, never overage
+        if lease.amount == 0:
+            bisect.insort(self.leases, lease, key=lambda x: x.expires)
+        lease.amount += cost
+        self.held += cost
+        self.stats.spent -= cost
 
     def refuse(self, now: float) -> bool:
         """The answer when nothing is held: the fail mode while Redis fails,

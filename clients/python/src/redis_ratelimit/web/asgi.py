@@ -14,12 +14,14 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from typing_extensions import Unpack
 
+from ..decision import Decision
 from ..kinds import require_async
 from .core import (
     REFUSED_CREDENTIALS,
     UNREACHABLE,
     UNUSABLE,
     Limits,
+    Pending,
     Request,
     Response,
     Rule,
@@ -64,7 +66,18 @@ async def decide_async(
     pending = rule.start(request, cluster=cluster, scope=scope)
     if isinstance(pending, Verdict):
         return pending
-    decisions = []
+    decisions = await rule.spend_globals_async(pending)
+    if decisions and not decisions[-1].allowed:
+        return rule.finish(pending, decisions, request)
+    verdict = await _ask_async(rule, request, pending, decisions, guard)
+    if verdict.response is not None:
+        rule.give_back(pending, decisions)
+    return verdict
+
+
+async def _ask_async(
+    rule: Rule, request: Request, pending: Pending, decisions: list[Decision], guard: AsyncGuard
+) -> Verdict:
     for command in pending.commands:
         try:
             decision = await guard.run(command)

@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Callable, Coroutine, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal, TypedDict, overload
+from typing import Any, Literal, TypedDict, cast, overload
 
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
@@ -357,8 +357,19 @@ class By:
         self.limits = _limits(limits)
 
 
+#: A leased global limit (`redis_ratelimit.GlobalLimit` or
+#: `AsyncGlobalLimit`) among a rule's limits: one key for every request,
+#: decided locally.
+GlobalLike = Any
+
 #: What `Rule` takes as its limits.
-Limits = Limit | str | By | Sequence[Limit | str | By]
+Limits = Limit | str | By | Sequence[Limit | str | By | GlobalLike] | GlobalLike
+
+
+def _is_global(item: object) -> bool:
+    from ..global_limit import AsyncGlobalLimit, GlobalLimit  # imports web.guard: not at the top
+
+    return isinstance(item, (GlobalLimit, AsyncGlobalLimit))
 
 
 def _limits(items: Sequence[Limit | str]) -> list[Limit]:
@@ -398,13 +409,19 @@ class Pending:
 
     commands: list[Command[Decision]]
     cache_key: tuple[str | int, ...]
+    #: The request's cost, which the rule's global limits spend.
+    cost: int = 1
 
 
 class Rule:
     """One or several limits on every request.
 
     `limits`: `Limit`\\ s (``TokenBucket(10, 1)``), rate strings
-    (``"100 per minute; 1000/day"``), and `By` groups for other identities.
+    (``"100 per minute; 1000/day"``), `By` groups for other identities, and
+    leased global limits (`redis_ratelimit.GlobalLimit`; `AsyncGlobalLimit`
+    under ASGI): one limit shared by every request (and every process that
+    leases from its key), decided here without a round trip, before the
+    others; a request another limit then denies gives its cost back.
     Each limit's Redis key is ``<prefix>:{<identity>}:<scope>:<name>`` (no
     ``<scope>:`` without one), the identity given by `key` (or the `By`'s),
     as hash tag. All of them are checked at once, all or nothing: one
@@ -462,14 +479,17 @@ class Rule:
     ) -> None:
         if not callable(key):
             raise TypeError(f"key must be a function of the request, not {key!r}")
-        items = [limits] if isinstance(limits, (Limit, str, By)) else list(limits)
+        single = isinstance(limits, (Limit, str, By)) or _is_global(limits)
+        items: list[Any] = [limits] if single else list(cast(Sequence[Any], limits))
         tiers: list[Tier] = []
+        self.globals: list[Any] = [item for item in items if _is_global(item)]
+        items = [item for item in items if not _is_global(item)]
         for item in items:
             if isinstance(item, By):
                 tiers += [Tier(item.key, lim, lim.policy().name) for lim in item.limits]
             else:
                 tiers += [Tier(key, lim, lim.policy().name) for lim in _limits([item])]
-        if not tiers:
+        if not tiers and not self.globals:
             raise ValueError("give at least one limit")
         names = [tier.name for tier in tiers]
         if len(set(names)) != len(names):
@@ -595,13 +615,13 @@ class Rule:
                 keyed.append(
                     (identity, f"{self.prefix}:{{{identity}}}:{scope}{tier.name}", tier.limit)
                 )
-        if not keyed:
+        if not keyed and not self.globals:
             return PASS
         cost = self.cost(request) if callable(self.cost) else self.cost
         if isinstance(cost, bool) or not isinstance(cost, int) or cost < 1:
             raise ValueError(f"the rule's cost function returned {cost!r}: it must be an int >= 1")
         cache_key: tuple[str | int, ...] = (cost, *(key for _, key, _ in keyed))
-        if self.denials is not None:
+        if self.denials is not None and keyed:
             cached = self.denials.get(cache_key)
             if cached is not None:
                 return self.verdict(cached, request)
@@ -613,7 +633,7 @@ class Rule:
             for identity, key, limit in keyed:
                 by_identity.setdefault(identity, []).append((key, limit))
             groups = list(by_identity.values())
-        else:
+        elif keyed:
             groups = [[(key, limit) for _, key, limit in keyed]]
         return Pending(
             [
@@ -623,15 +643,58 @@ class Rule:
                 for g in groups
             ],
             cache_key,
+            cost,
         )
 
     def finish(self, pending: Pending, decisions: list[Decision], request: Request) -> Verdict:
         """The verdict from the decisions of `pending`'s commands (all of
         them, or those up to the first denial)."""
         decision = decisions[0] if len(decisions) == 1 else combine(decisions)
-        if self.denials is not None and not decision.allowed:
+        # A global limit's denial is this process's, for about an interval:
+        # not an identity's to cache.
+        by_redis = decisions[len(self.globals) :]
+        if self.denials is not None and any(not d.allowed for d in by_redis):
             self.denials.put(pending.cache_key, decision)
         return self.verdict(decision, request)
+
+    def spend_globals(self, pending: Pending) -> list[Decision]:
+        """Each global limit's decision on spending the request's cost
+        (sync ones only: `spend_globals_async` under ASGI), stopping at
+        the first denial; what was spent goes back if one denies."""
+        decisions: list[Decision] = []
+        for gl in self.globals:
+            decision = gl.check(pending.cost)
+            if not isinstance(decision, Decision):  # an AsyncGlobalLimit's coroutine
+                decision.close()
+                raise TypeError(
+                    "an AsyncGlobalLimit needs the ASGI middleware (or a FastAPI "
+                    "dependency); give a sync app a GlobalLimit"
+                )
+            decisions.append(decision)
+            if not decision.allowed:
+                self.give_back(pending, decisions)
+                break
+        return decisions
+
+    async def spend_globals_async(self, pending: Pending) -> list[Decision]:
+        """`spend_globals`, awaiting an `AsyncGlobalLimit` (which suspends
+        only for its first requests); a `GlobalLimit` is asked as it is."""
+        decisions: list[Decision] = []
+        for gl in self.globals:
+            answer = gl.check(pending.cost)
+            decision = answer if isinstance(answer, Decision) else await answer
+            decisions.append(decision)
+            if not decision.allowed:
+                self.give_back(pending, decisions)
+                break
+        return decisions
+
+    def give_back(self, pending: Pending, decisions: Sequence[Decision]) -> None:
+        """Gives back the cost the global limits allowed (their decisions,
+        in order) when the request is not let through after all."""
+        for gl, decision in zip(self.globals, decisions, strict=False):
+            if decision.allowed:
+                gl.give_back(pending.cost)
 
     def verdict(self, decision: Decision, request: Request) -> Verdict:
         """Denied: `on_denied`'s response, with the headers (``Retry-After``
@@ -1133,11 +1196,28 @@ def decide(
     rule: Rule, request: Request, run: Callable[[Command[Decision]], Decision], cluster: bool
 ) -> Verdict:
     """The verdict on `request`, asking Redis through `run` (a sync guard's;
-    the ASGI middleware has its own lines for await)."""
+    the ASGI middleware has its own lines for await). The rule's global
+    limits decide first, locally; a request not let through gives back what
+    they allowed."""
     pending = rule.start(request, cluster=cluster)
     if isinstance(pending, Verdict):
         return pending
-    decisions = []
+    decisions = rule.spend_globals(pending)
+    if decisions and not decisions[-1].allowed:
+        return rule.finish(pending, decisions, request)
+    verdict = _ask(rule, request, pending, decisions, run)
+    if verdict.response is not None:
+        rule.give_back(pending, decisions)
+    return verdict
+
+
+def _ask(
+    rule: Rule,
+    request: Request,
+    pending: Pending,
+    decisions: list[Decision],
+    run: Callable[[Command[Decision]], Decision],
+) -> Verdict:
     for command in pending.commands:
         try:
             decision = run(command)
