@@ -6,7 +6,7 @@ MODULE_DEBUG := target/debug/libredis_ratelimit.so
 
 VALKEY_DIR := target/valkey
 
-.PHONY: run test test-python test-node test-compat test-valkey test-valgrind dist test-dist soak deps build build-debug lint accuracy bench bench-quick bench-core bench-profile fuzz
+.PHONY: run test test-python test-node test-compat test-valkey test-valgrind dist test-dist soak deps build build-debug lint accuracy bench bench-quick bench-global bench-core bench-profile fuzz
 
 deps:
 	@scripts/ensure-deps.sh
@@ -131,6 +131,15 @@ bench: build
 
 bench-quick: build
 	BENCH_QUICK=1 python3 scripts/bench.py --no-write
+
+# The leased global limit (issue 33, docs/benchmarks.md "Global limit"):
+# 4 processes per language (Python; Node too when clients/node/dist and
+# benches/global/worker.mjs exist) share one GlobalLimit on one key for
+# 20 s at 0.5x, 1x, 2x and 10x its rate, against their own redis-server
+# with the release build; prints a markdown table. About 3 min per
+# language; BENCH_GLOBAL_ARGS=--quick for 3-s runs.
+bench-global: build $(PYENV)/installed
+	$(PYENV)/bin/python benches/global/run.py $(BENCH_GLOBAL_ARGS)
 
 # Nanoseconds per check of each algorithm core (criterion, benches/); about
 # a minute, plus a release build of the dev-dependencies the first time.
