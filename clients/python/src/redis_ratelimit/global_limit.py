@@ -18,13 +18,20 @@ here at most ``max_lease`` later; what is left then is refunded. So:
   rate x (T + 2 x max_lease)``: one ``max_lease`` because a unit is spent
   up to that long after Redis took it, one because a refund comes back at
   most that late (docs/commands.md, "What the limit still promises").
-- ``SlidingCounter``: what the server counted in any window <= ``limit``
-  (refunds are exact), spent at most ``max_lease`` later: allowed in any
-  span W <= the server's allowance for ``W + max_lease``.
+- ``SlidingCounter``: a grant is counted in the sub-window of its moment
+  and only if it fits the estimate then; a refund leaves that sub-window
+  exactly; a lease ends with that sub-window. So the estimate made of what
+  was spent never passes ``limit``: overage 0 against the algorithm (whose
+  own estimate error is unchanged).
 
 A process killed with quota in hand loses at most what it held (it is
 neither spent nor refunded). Counters (`GlobalLimit.stats`) say what was
 granted, spent, refunded and lost, so a run can report what it did.
+
+**Fair split.** When the limit runs short, processes of equal demand get
+equal shares (`_Core`): a process whose grant came back short asks at most
+once per interval (plus a random part of one), for one interval of its own
+demand.
 
 **Failures.** When Redis is down or slow, requests are answered from what is
 held; once that is spent, the rule's ``fail_open`` says (allow or deny),
