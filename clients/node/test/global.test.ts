@@ -6,6 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { after, before, describe, it } from "node:test";
@@ -327,5 +328,24 @@ describe("the middleware with a GlobalLimit", () => {
     assert.throws(() => rateLimit({ limits: gl, failOpen: false }), /failOpen.*GlobalLimit's own/);
     assert.throws(() => rateLimit({ redis, limits: [gl, new TokenBucket(10, 1)] as never }), /stack two middlewares/);
     void gl.close();
+  });
+});
+
+describe("docs/clients.md", () => {
+  it("the Node GlobalLimit example runs and prints what it says", async () => {
+    const page = readFileSync(join(PACKAGE, "../../docs/clients.md"), "utf8");
+    const section = page.slice(page.indexOf("## One limit for a whole fleet, from Node"));
+    const code = /```js\n([\s\S]*?)```/.exec(section)?.[1];
+    assert.ok(code !== undefined && code.includes("new Redis(6379)"), "the section has a js block that connects with new Redis(6379)");
+    const expected = [...code.matchAll(/\/\/ -> (.*)$/gm)].map((m) => m[1]!);
+    // Inside the package, so that `import "redis-ratelimit"` names this package.
+    const file = join(PACKAGE, "build", "docs-global-limit.mjs");
+    writeFileSync(file, code.replace("new Redis(6379)", `new Redis(${server.port})`));
+    try {
+      const { stdout } = await run(process.execPath, [file]);
+      assert.deepEqual(stdout.trimEnd().split("\n"), expected);
+    } finally {
+      rmSync(file, { force: true });
+    }
   });
 });
