@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { after, before, describe, it } from "node:test";
 import express from "express";
+import Fastify from "fastify";
 import { Redis } from "ioredis";
 import {
   FixedWindow,
@@ -21,6 +22,7 @@ import {
   RateLimiter,
   SlidingLog,
   TokenBucket,
+  fastifyRateLimit,
   rateLimit,
 } from "../src/index.js";
 import type { ChildArgs } from "./global-child.js";
@@ -151,6 +153,18 @@ describe("one GlobalLimit", () => {
     assert.equal(gl.allow(), false); // closed: nothing held, nothing asked
   });
 
+  it("a grant that lands after close() goes back", async () => {
+    const bucket = new TokenBucket(1000, 0.001);
+    const gl = new GlobalLimit(redis, "g:late", bucket, { maxBatch: 50 });
+    const asked = gl.allowAsync(); // its grant is in flight when close() starts
+    await gl.close();
+    assert.equal(await asked, false);
+    const s = gl.stats();
+    assert.equal(s.granted, 1);
+    assert.equal(s.refunded, 1);
+    assert.equal((await new RateLimiter(redis).peek("g:late", bucket)).remaining, 1000);
+  });
+
   it("gives back what is left when a lease ends, and when demand drops", async () => {
     const bucket = new TokenBucket(10_000, 0.001);
     for (const [key, options] of [
@@ -259,7 +273,9 @@ describe("a GlobalLimit whose Redis fails", () => {
     const s = gl.stats();
     assert.equal(s.refundsLost, held, JSON.stringify(s));
     assert.equal(s.granted, s.spent + s.refunded + s.refundDeclined + s.refundsLost);
-    assert.ok(warnings.some((w) => w.includes(`could not refund ${held} unit(s)`)), JSON.stringify(warnings));
+    // One warning per lease, saying its units: together, all that was held.
+    const logged = warnings.map((w) => Number(/could not refund (\d+) unit\(s\)/.exec(w)?.[1] ?? 0));
+    assert.equal(logged.reduce((a, b) => a + b, 0), held, JSON.stringify(warnings));
     client.disconnect();
   });
 
@@ -321,6 +337,47 @@ describe("the middleware with a GlobalLimit", () => {
       await gl.close();
     }
     assert.equal(gl.stats().spent, 5);
+  });
+
+  it("Fastify: the plugin takes a GlobalLimit too, with a cost per request", async () => {
+    const gl = new GlobalLimit(redis, "g:fy", new FixedWindow(6, "1m"), { logger: quiet });
+    const app = Fastify();
+    await app.register(fastifyRateLimit, { limits: gl, cost: 2 });
+    app.get("/", () => "ok");
+    try {
+      const statuses = [];
+      for (let i = 0; i < 4; i++) statuses.push((await app.inject({ method: "GET", url: "/" })).statusCode);
+      assert.deepEqual(statuses, [200, 200, 200, 429]);
+    } finally {
+      await app.close();
+      await gl.close();
+    }
+    assert.equal(gl.stats().spent, 6);
+  });
+
+  it("fail closed with nothing held and Redis gone: 503, as a rule's fail mode", async () => {
+    const victim = await Server.start();
+    const client = new Redis({ port: victim.port, host: "127.0.0.1", maxRetriesPerRequest: 0, enableOfflineQueue: false });
+    client.on("error", () => undefined);
+    await new Promise((ready) => client.once("ready", ready));
+    const gl = new GlobalLimit(client, "g:mw503", new TokenBucket(10, 10), { failOpen: false, logger: quiet });
+    await gl.started;
+    victim.stop();
+    const app = express();
+    app.use(rateLimit({ limits: gl }));
+    app.get("/", (_req, res) => {
+      res.send("ok");
+    });
+    const http = await listen(app);
+    try {
+      const statuses = [];
+      for (let i = 0; i < 3; i++) statuses.push((await get(port(http), "/")).status);
+      assert.deepEqual(statuses, [503, 503, 503]);
+    } finally {
+      await close(http);
+      await gl.close();
+      client.disconnect();
+    }
   });
 
   it("refuses options that a GlobalLimit decides itself, and mixing it with per-client limits", () => {
