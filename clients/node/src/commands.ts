@@ -143,6 +143,48 @@ export function peek(k: string, limit: Limit, cost = 1): Command<Decision> {
   };
 }
 
+/** A reply to `COST n UPTO`: the units taken (0 to n), when (the server's Unix ms), and the five integers. */
+export interface Grant {
+  readonly granted: number;
+  readonly grantedAtMs: number;
+  readonly allowed: boolean;
+  readonly remaining: number;
+  /** Until at least 1 can be granted (ms); 0 when some was. */
+  readonly retryAfterMs: number;
+  readonly resetAfterMs: number;
+}
+
+/**
+ * `RL.<ALGORITHM> key <params> COST amount UPTO`: as much of `amount` as the
+ * limit allows now, possibly 0 (token bucket, GCRA, fixed window, sliding counter).
+ */
+export function upto(k: string, limit: Limit, amount: number): Command<Grant> {
+  const { params } = limit.spec;
+  return {
+    name: limit.command,
+    args: [key(k), ...params, "COST", integer(amount, "amount"), "UPTO"],
+    keys: [k],
+    parse: (reply) => {
+      const r = array(reply).map(int);
+      return {
+        allowed: r[0] === 1,
+        remaining: r[2] ?? 0,
+        retryAfterMs: Math.max(0, r[3] ?? 0),
+        resetAfterMs: r[4] ?? 0,
+        granted: r[5] ?? 0,
+        grantedAtMs: r[6] ?? 0,
+      };
+    },
+  };
+}
+
+/** `RL.REFUND key <ALGORITHM params> amount [AT atMs]`: the units the key took back. */
+export function refund(k: string, limit: Limit, amount: number, atMs?: number): Command<number> {
+  const args: Arg[] = [key(k), limit.word, ...limit.spec.params, integer(amount, "amount")];
+  if (atMs !== undefined) args.push("AT", integer(atMs, "at", 0));
+  return { name: "RL.REFUND", args, keys: [k], parse: int };
+}
+
 /** The tiers of `RL.ALL`: `[key, limit]` pairs, or `{ key: limit }`. */
 export type Tiers = ReadonlyArray<readonly [string, Limit]> | Readonly<Record<string, Limit>>;
 

@@ -8,6 +8,7 @@ export { RateLimiter } from "./client.js";
 export {
   type AcquireOptions,
   type CheckOptions,
+  type Grant,
   type Command,
   type InfoValue,
   type KeyInfo,
@@ -32,6 +33,7 @@ export {
 } from "./errors.js";
 export { CircuitBreaker, Guard, type GuardOptions, type Logger } from "./guard.js";
 export { type ExpressMiddleware, rateLimit } from "./express.js";
+export { GlobalLimit, type GlobalLimitOptions, type GlobalLimitStats } from "./global.js";
 export { fastifyRateLimit } from "./fastify.js";
 export { RateLimiterRedis, type RateLimiterRedisOptions, RateLimiterRes } from "./flexible.js";
 export {

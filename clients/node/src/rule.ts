@@ -14,6 +14,7 @@ import { Decision, type Headers } from "./decision.js";
 import { RedisConfigurationError, isUnreachable } from "./errors.js";
 import { claimKeys, forgetClaims } from "./claims.js";
 import { Alarm, type CircuitBreaker, Guard, type Logger, forgetBreaker, isStartupError } from "./guard.js";
+import { GlobalLimit } from "./global.js";
 import { type Arg, Limit } from "./limits.js";
 import { type Duration, durationMs, integer } from "./units.js";
 
@@ -191,14 +192,17 @@ export interface LimitFor {
 export type { Logger };
 
 export interface RuleOptions {
-  /** The Redis client: ioredis or node-redis, single or cluster. */
-  redis: RedisLike;
+  /** The Redis client: ioredis or node-redis, single or cluster (not with a `GlobalLimit`, which has its own). */
+  redis?: RedisLike;
   /**
    * One limit, or several checked together with one `RL.ALL` (all or
    * nothing); their names must differ. A limit given as `{ limit, key }`
    * counts by its own key function (per IP and per API key in one check).
+   * Or a `GlobalLimit`, alone: one limit for every request this middleware
+   * sees, decided from quota leased in batches (stack a second middleware
+   * for per-client limits).
    */
-  limits: Limit | ReadonlyArray<Limit | LimitFor>;
+  limits: Limit | GlobalLimit | ReadonlyArray<Limit | LimitFor>;
   /** Who a request counts against (default `clientIp`). */
   key?: KeyFn;
   /** What to do when `key` cannot read the identity: `"shared"` (default: one identity for all such requests, warned once) or `"refuse"` (403). */
@@ -331,6 +335,8 @@ export class Rule {
   readonly started: Promise<Error | undefined>;
   private readonly options: RuleOptions;
   private readonly cache: DenialCache | undefined;
+  /** A rule of one GlobalLimit: every request decided from its leases. */
+  private readonly global: GlobalLimit | undefined;
   private readonly logger: Logger;
   private readonly timeoutMs: number;
   private warnedMissing = false;
@@ -346,11 +352,46 @@ export class Rule {
       }
     }
     this.options = options;
+    if (options.limits instanceof GlobalLimit) {
+      // One limit for every request, decided from the GlobalLimit's leases:
+      // no identity, no key of the rule's own, the GlobalLimit's client and fail mode.
+      const global = options.limits;
+      const own = ["redis", "key", "onMissingIdentity", "prefix", "scope", "failOpen", "penalty", "shadow", "onShadowDenied", "timeoutMs", "cooldownMs", "denialCache"];
+      const given = own.filter((name) => (options as unknown as Record<string, unknown>)[name] !== undefined);
+      if (given.length > 0) {
+        throw new TypeError(
+          `with a GlobalLimit, leave out ${given.join(", ")}: it has its own Redis client, key, failOpen, timeoutMs and cooldownMs (the GlobalLimit's own options)`,
+        );
+      }
+      if (options.cost !== undefined && typeof options.cost !== "function") integer(options.cost, "cost");
+      this.global = global;
+      this.guard = global.guard;
+      this.adapter = global.guard.adapter;
+      this.breaker = global.guard.breaker;
+      this.timeoutMs = global.guard.timeoutMs;
+      this.tiers = [];
+      this.limits = [global.limit];
+      this.names = [global.limit.policy().name];
+      this.cache = undefined;
+      this.logger = options.logger ?? console;
+      this.alarm = new Alarm(this.logger, `rule GlobalLimit ${global.key}`);
+      this.fixedWords = [];
+      this.keyBase = () => global.key;
+      this.started = global.started;
+      return;
+    }
+    if (options.redis === undefined) throw new TypeError("give the Redis client (redis: an ioredis or node-redis client)");
     this.adapter = adapt(options.redis);
     const given = options.limits instanceof Limit ? [options.limits] : [...((options.limits as unknown[] | undefined) ?? [])];
     if (given.length === 0) throw new TypeError("give at least one limit (limits: new TokenBucket(10, 1), ...)");
     this.tiers = given.map((tier) => {
       if (tier instanceof Limit) return { limit: tier };
+      if (tier instanceof GlobalLimit) {
+        throw new TypeError(
+          "a GlobalLimit is a rule's only limit (limits: globalLimit): its key is not per client, so it cannot join an RL.ALL; " +
+            "stack two middlewares to combine it with per-client limits, the per-client one first",
+        );
+      }
       const t = tier as Partial<LimitFor> | null;
       if (t !== null && typeof t === "object" && t.limit instanceof Limit && typeof t.key === "function") {
         return { limit: t.limit, key: t.key };
@@ -415,6 +456,7 @@ export class Rule {
   }
 
   private peeks(): Array<Command<Decision>> {
+    if (this.global !== undefined) return [commands.peek(this.global.key, this.global.limit)];
     return this.limits.map((limit, i) => commands.peek(this.keyBase("validate") + (this.names[i] ?? ""), limit));
   }
 
@@ -438,6 +480,7 @@ export class Rule {
    */
   async reset(identity: string): Promise<void> {
     if (typeof identity !== "string" || identity === "") throw new TypeError("reset needs the identity, a non-empty string");
+    if (this.global !== undefined) throw new TypeError("a rule of a GlobalLimit has no identities to reset");
     const keys = this.names.map((name) => this.keyBase(identity) + name);
     this.cache?.forget(new Set(keys));
     await this.adapter.send(["DEL", ...keys], keys[0]);
@@ -518,6 +561,7 @@ export class Rule {
 
   /** The verdict on `request`. Rejects only on a bug (an error reply such as a WRONGTYPE key). */
   async decide(request: RequestInfo): Promise<Verdict> {
+    if (this.global !== undefined) return this.decideGlobal(this.global, request);
     const plan = this.plan(request);
     if (plan === null) return { action: "pass", headers: {} };
     if (plan === "refuse") {
@@ -549,6 +593,24 @@ export class Rule {
       this.cache?.set(plan.cacheKey, decision, performance.now());
     }
     return this.verdict(decision, request);
+  }
+
+  /**
+   * A GlobalLimit's verdict: pass (no headers: what remains is the fleet's,
+   * not known here), 429 with `Retry-After` when its limit is spent, the
+   * fail mode's 503 when Redis fails with nothing held (fail closed), an
+   * error (500) on a configuration error.
+   */
+  private async decideGlobal(global: GlobalLimit, request: RequestInfo): Promise<Verdict> {
+    const cost = typeof this.options.cost === "function" ? integer(this.options.cost(request), "cost") : (this.options.cost ?? 1);
+    if (await global.allowAsync(cost)) return { action: "pass", headers: {} };
+    const error = global.configurationError;
+    if (error instanceof RedisConfigurationError) throw error; // never failed open on: the framework answers 500
+    if (global.outage || error !== undefined) {
+      return text(503, "Service unavailable: the rate limiter cannot be reached.\n", {});
+    }
+    const retry = Math.max(1, Math.ceil(global.retryAfterMs() / 1000));
+    return text(429, `Too many requests: retry in ${retry} s.\n`, { "Retry-After": String(retry) });
   }
 
   /** Denied: 429 with the headers. Allowed: pass, with the headers. */
