@@ -18,7 +18,6 @@ pub mod encoding;
 pub mod error;
 pub mod log_throttle;
 pub mod parse;
-#[cfg(not(test))]
 mod redis;
 pub mod redis_cell;
 pub mod replay;
@@ -26,11 +25,9 @@ pub mod top;
 pub mod wait;
 pub mod words;
 
-#[cfg(not(test))]
 use redis::init;
 
 // The data types are created by `init`, from the registry.
-#[cfg(not(test))]
 redis_module::redis_module! {
     name: "ratelimit",
     version: 1,
