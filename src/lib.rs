@@ -22,6 +22,8 @@ mod redis;
 pub mod redis_cell;
 pub mod replay;
 pub mod top;
+#[doc(hidden)]
+pub mod typed_keys;
 pub mod wait;
 pub mod words;
 

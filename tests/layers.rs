@@ -25,7 +25,10 @@ use std::path::{Path, PathBuf};
 /// key/state -> replies and the server API (`redis/ffi/`), and below the
 /// Redis layer the plain Rust: replays, grammar, algorithms, words.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("the module's start-up", &["lib.rs", "redis/mod.rs"]),
+    (
+        "the module's start-up; the key types shown to compile-fail tests",
+        &["lib.rs", "redis/mod.rs", "typed_keys.rs"],
+    ),
     ("the command table", &["redis/commands/mod.rs"]),
     (
         "entry points: one file per command family (shim, parse, respond)",

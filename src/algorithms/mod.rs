@@ -281,6 +281,18 @@ pub trait Algorithm: State {
         }
     }
 
+    /// [`Algorithm::check_stored`] of a peek, on a state lent to read only:
+    /// the same decision (a peek changes nothing there either).
+    fn peek_stored(&self, params: Self::Params, now_ms: i64, cost: u64) -> Decision {
+        if self.params() == params {
+            let now_ms = now_ms.max(self.last_seen_ms());
+            if let Some(decision) = self.decide_in_place(now_ms, cost) {
+                return decision;
+            }
+        }
+        Self::check_with(Some(self), params, now_ms, cost, Mode::Peek).0
+    }
+
     /// The whole life of one command, shared by every algorithm: start from
     /// the stored state (or a fresh one), take on `params`, check at `now_ms`
     /// clamped to the latest time the state has seen (a clock that stepped

@@ -3,7 +3,7 @@
 
 use super::super::config::expiry_slack_ms;
 use super::super::ffi::{command, now_ms, Args, Ctx, KeyName, Status};
-use super::super::key::Key;
+use super::super::key::{Key, ReadKey};
 use super::super::types::{first_of, horizon, on_tag, StateVisitor, Stored};
 use crate::algorithms::Field;
 use crate::error::CommandError;
@@ -104,7 +104,7 @@ impl StateVisitor for SetState<'_> {
     fn visit<A: Stored>(self) -> Self::Out {
         let state =
             A::decode(self.blob, horizon()).map_err(|e| CommandError::invalid_state(e.0))?;
-        let mut key = Key::open(self.ctx, self.key_name, true);
+        let mut key = Key::write(self.ctx, self.key_name);
         let fresh_at_ms = state.fresh_at_ms();
         key.put(state)?;
         self.ctx.signal_modified(self.key_name);
@@ -135,7 +135,7 @@ fn info_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     let Some(key_name) = args.key(1).filter(|_| args.len() == 2) else {
         return ctx.reply_error(&CommandError::Arity);
     };
-    let key = Key::open(ctx, key_name, false);
+    let key = Key::read(ctx, key_name);
     let describe = Describe {
         key: &key,
         now_ms: now_ms(),
@@ -153,7 +153,7 @@ fn info_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
 /// The fields of `RL.INFO` for a key, if it holds an `A`.
 #[derive(Clone, Copy)]
 struct Describe<'k, 'a> {
-    key: &'k Key<'a>,
+    key: &'k ReadKey<'a>,
     now_ms: i64,
 }
 

@@ -139,14 +139,14 @@ fn plan<'a, A: Checked>(
     cost: u64,
     mode: Mode,
 ) -> Result<Planned<'a>, CommandError> {
-    let mut key = Key::open(run.ctx, key_name, false);
-    let held = key.held::<A>()?;
+    let key = Key::read(run.ctx, key_name);
+    let held = key.held_ref::<A>()?;
     if let Some(until_ms) = held
         .as_ref()
         .and_then(|h| h.until_ms)
         .and_then(|until| penalty::in_force(until, run.now_ms))
     {
-        let state = held.map(|h| &*h.state);
+        let state = held.map(|h| h.state);
         let (own, _) = A::check_with(state, params, run.now_ms, cost, Mode::Peek);
         return Ok(Planned {
             decision: penalty::denied_until(until_ms, run.now_ms, own),
@@ -155,7 +155,7 @@ fn plan<'a, A: Checked>(
             penalized: true,
         });
     }
-    let stored = held.map(|h| &*h.state);
+    let stored = held.map(|h| h.state);
     let grows = match stored {
         Some(state) => state.grows_with(params, run.now_ms, cost),
         None => true,
@@ -167,7 +167,7 @@ fn plan<'a, A: Checked>(
         penalized: false,
         commit: next.map(|next| {
             Box::new(move |run: &Run<'a>, key_name: KeyName<'a>| {
-                let mut key = Key::open(run.ctx, key_name, true);
+                let mut key = Key::write(run.ctx, key_name);
                 store(run, &mut key, key_name, next)
             }) as Commit<'a>
         }),
@@ -180,8 +180,8 @@ fn settle<A: Checked>(
     penalty_until: Option<i64>,
     turn_ms: Option<i64>,
 ) -> Result<(), CommandError> {
-    let mut key = Key::open(run.ctx, key_name, true);
-    let Some(before_ms) = key.held::<A>()?.map(|held| held.fresh_at_ms()) else {
+    let mut key = Key::write(run.ctx, key_name);
+    let Some(before_ms) = key.held_ref::<A>()?.map(|held| held.fresh_at_ms()) else {
         return Ok(());
     };
     if let Some(until_ms) = penalty_until {

@@ -90,7 +90,14 @@ pub fn apply<A: Checked>(
     penalty_ms: Option<u64>,
     block_ms: Option<u64>,
 ) -> Result<Decision, CommandError> {
-    let mut key = Key::open(run.ctx, key_name, mode == Mode::Take);
+    if mode == Mode::Peek {
+        let key = Key::read(run.ctx, key_name);
+        return Ok(match key.held_ref::<A>()? {
+            None => A::check_with(None, params, run.now_ms, cost, mode).0,
+            Some(held) => penalty::peek_stored(held.state, held.until_ms, params, run.now_ms, cost),
+        });
+    }
+    let mut key = Key::write(run.ctx, key_name);
     let Some(held) = key.held::<A>()? else {
         // A fresh state denies only what can never pass: no penalty.
         let (decision, next) = A::check_with(None, params, run.now_ms, cost, mode);
@@ -100,7 +107,7 @@ pub fn apply<A: Checked>(
         }
         return Ok(decision);
     };
-    if mode == Mode::Take && held.state.grows_with(params, run.now_ms, cost) {
+    if held.state.grows_with(params, run.now_ms, cost) {
         out_of_memory(run)?;
     }
     let before_ms = held.fresh_at_ms();
@@ -120,9 +127,6 @@ pub fn apply<A: Checked>(
             penalty_ms,
         )
     };
-    if mode == Mode::Peek {
-        return Ok(decision);
-    }
     let mut after_ms = if changed {
         held.fresh_at_ms()
     } else {
@@ -162,11 +166,11 @@ pub fn upto<A: Checked>(
     if !<A::Params as Syntax>::PARTIAL {
         return Err(crate::parse::options::upto_not_offered());
     }
-    let mut key = Key::open(run.ctx, key_name, false);
-    Ok(match key.held::<A>()? {
+    let key = Key::read(run.ctx, key_name);
+    Ok(match key.held_ref::<A>()? {
         None => (upto_cost::<A>(None, params, run.now_ms, cost), run.now_ms),
         Some(held) => {
-            let state = Some(&*held.state);
+            let state = Some(held.state);
             let penalized = held
                 .until_ms
                 .and_then(|until| penalty::in_force(until, run.now_ms))
@@ -196,7 +200,7 @@ pub fn refund<A: Checked>(
     amount: u64,
     granted_at_ms: Option<i64>,
 ) -> Result<u64, CommandError> {
-    let mut key = Key::open(run.ctx, key_name, true);
+    let mut key = Key::write(run.ctx, key_name);
     let Some(held) = key.held::<A>()? else {
         return Ok(0);
     };

@@ -18,7 +18,7 @@ pub fn acquire(
     params: LeaseParams,
     id: &[u8],
 ) -> Result<Decision, CommandError> {
-    let mut key = Key::open(run.ctx, key_name, true);
+    let mut key = Key::write(run.ctx, key_name);
     match key.value::<Leases>()? {
         Some(leases) => {
             if leases.would_add(params, run.now_ms, id) {
@@ -49,7 +49,7 @@ pub fn peek(
     key_name: KeyName<'_>,
     params: LeaseParams,
 ) -> Result<Decision, CommandError> {
-    let key = Key::open(run.ctx, key_name, false);
+    let key = Key::read(run.ctx, key_name);
     match key.get::<Leases>() {
         Some(leases) => Ok(leases.peek_with(params, run.now_ms)),
         None if key.is_empty() => Ok(Leases::new(params, run.now_ms).peek_with(params, run.now_ms)),
@@ -69,7 +69,7 @@ pub fn release(
         return Err(CommandError::Arity);
     };
     let id = parse::lease_id(id)?;
-    let mut key = Key::open(run.ctx, key_name, true);
+    let mut key = Key::write(run.ctx, key_name);
     let Some(leases) = key.value::<Leases>()? else {
         return Ok(false);
     };

@@ -2,7 +2,7 @@
 //! telling Redis a key changed, and storing a state with its expiry.
 
 use super::super::ffi::KeyName;
-use super::super::key::Key;
+use super::super::key::WriteKey;
 use super::super::memory::refuses_growth;
 use super::super::replicate::Run;
 use super::super::types::Stored;
@@ -31,7 +31,7 @@ pub fn written(run: &Run<'_>, key_name: KeyName<'_>) {
 /// expiry in its band.
 pub fn store<A: Stored>(
     run: &Run<'_>,
-    key: &mut Key<'_>,
+    key: &mut WriteKey<'_>,
     key_name: KeyName<'_>,
     state: A,
 ) -> Result<(), CommandError> {
