@@ -11,6 +11,7 @@
 //! made from that list.
 
 pub mod concurrency;
+pub mod expiry;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;

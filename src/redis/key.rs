@@ -15,9 +15,9 @@ use std::marker::PhantomData;
 use super::ffi::key::{Holds, OpenKey};
 use super::ffi::{Ctx, KeyName};
 use super::types::{PenalizedStored, Stored};
+use crate::algorithms::expiry::{expiry_at, next_expiry};
 use crate::algorithms::Algorithm;
 use crate::error::CommandError;
-use crate::replay::{expiry_at, next_expiry};
 
 /// A key opened for reading: [`Key::read`].
 pub enum Read {}
@@ -219,14 +219,14 @@ impl<'a> Key<'a, Write> {
     }
 
     /// Sets the key's expiry to the end of its band after `fresh_at_ms`
-    /// (`crate::replay::expiry_at`). The key must be open for writing and
+    /// (`crate::algorithms::expiry::expiry_at`). The key must be open for writing and
     /// hold a value.
     pub fn expire_fresh(&mut self, fresh_at_ms: i64, slack_ms: u32) {
         self.expire_at(expiry_at(fresh_at_ms, slack_ms));
     }
 
     /// Puts the key's expiry in its band after `fresh_at_ms` (see
-    /// `crate::replay::next_expiry`). Returns whether it moved. The key
+    /// `crate::algorithms::expiry::next_expiry`). Returns whether it moved. The key
     /// must be open for writing and hold a value.
     pub fn settle_expiry(&mut self, fresh_at_ms: i64, slack_ms: u32) -> bool {
         match next_expiry(fresh_at_ms, self.expires_at(), slack_ms) {

@@ -5,10 +5,10 @@ use super::super::config::expiry_slack_ms;
 use super::super::ffi::{command, now_ms, Args, Ctx, KeyName, Status};
 use super::super::key::{Key, ReadKey};
 use super::super::types::{first_of, horizon, on_tag, StateVisitor, Stored};
+use crate::algorithms::expiry::EXPIRY_TIMES;
 use crate::algorithms::Field;
 use crate::error::CommandError;
 use crate::parse::options::value_of;
-use crate::replay::EXPIRY_TIMES;
 use crate::words::values::whole_in;
 
 command! {
@@ -16,7 +16,7 @@ command! {
     /// state, as encoded by `crate::encoding`. Its expiry: `PXAT`'s, exactly;
     /// none changed with `KEEPTTL` (how AOF rewrite writes a key, Redis adding
     /// the key's own `PEXPIREAT` after it); otherwise in its band after the
-    /// state is fresh (`crate::replay::next_expiry`), then replicated with that
+    /// state is fresh (`crate::algorithms::expiry::next_expiry`), then replicated with that
     /// expiry as `PXAT`, so a replica sets the very same one. It checks its input
     /// as strictly as any command: a state this module could not have written is
     /// an error, and a key holding anything but that algorithm's type is
