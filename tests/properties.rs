@@ -16,6 +16,7 @@ use redis_ratelimit::algorithms::expiry::expiry_at;
 use redis_ratelimit::algorithms::fixed_window::FixedWindowParams;
 use redis_ratelimit::algorithms::gcra::GcraParams;
 use redis_ratelimit::algorithms::leaky_bucket::{LeakyBucket, LeakyBucketParams};
+use redis_ratelimit::algorithms::penalty;
 use redis_ratelimit::algorithms::registry::{each_algorithm, Each, Listed, OTHER_TAGS};
 use redis_ratelimit::algorithms::sliding_counter::SlidingCounterParams;
 use redis_ratelimit::algorithms::sliding_log::SlidingLogParams;
@@ -396,6 +397,64 @@ impl Property for ExpiryLosesNothing {
 #[test]
 fn a_key_expires_when_its_state_is_as_good_as_new() {
     every_algorithm_keeps::<ExpiryLosesNothing>();
+}
+
+/// `PENALTY p` (docs/commands.md, "Penalties"), as a stored key's check
+/// runs it (`penalty::check_stored`): a penalty starts exactly on a denial
+/// the algorithm gives on its own outside a penalty, one that could pass
+/// later (never on an allowed request, a peek, or a cost that can never
+/// pass), and lasts `p` from that request; while it lasts every request is
+/// denied until at least its end, nothing is taken and it is not extended.
+struct PenaltyStartsOnTheCrossingDenial;
+
+impl Property for PenaltyStartsOnTheCrossingDenial {
+    fn holds<A: Listed>(params: A::Params, ops: Vec<Op<A::Params>>) -> Result<(), TestCaseError> {
+        const P: u64 = 1500;
+        let (mut state, mut params, mut now) = (A::fresh(params, T0), params, T0);
+        let mut until: Option<i64> = None;
+        for op in ops {
+            if let Some(p) = op.new_params {
+                params = p;
+            }
+            now += op.step_ms;
+            let cost = cost(op.cost_seed, limit::<A>(&params));
+            let mode = mode(op.peek);
+            // A penalty lasts until its end, exclusive.
+            let in_force = until.filter(|&end| now < end);
+            let asked = if in_force.is_some() { Mode::Peek } else { mode };
+            let alone = A::check_with(Some(&state), params, now, cost, asked).0;
+            let before = encode(&state);
+            let (decision, changed, started) =
+                penalty::check_stored(&mut state, until, params, now, cost, mode, Some(P));
+            if let Some(end) = in_force {
+                prop_assert_eq!(started, None, "a penalty extended");
+                prop_assert!(
+                    !changed && encode(&state) == before,
+                    "taken during a penalty"
+                );
+                prop_assert!(!decision.allowed);
+                if alone.retry_after_ms >= 0 {
+                    prop_assert!(decision.retry_after_ms >= end - now);
+                }
+                continue;
+            }
+            let crosses = mode == Mode::Take && !alone.allowed && alone.retry_after_ms >= 0;
+            prop_assert_eq!(started.is_some(), crosses, "{:?} {:?}", alone, mode);
+            if let Some(end) = started {
+                prop_assert_eq!(end, now + P as i64);
+                prop_assert!(!decision.allowed && decision.retry_after_ms >= P as i64);
+                until = Some(end);
+            } else {
+                prop_assert_eq!(decision, alone);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_penalty_starts_exactly_on_the_denial_that_crosses_the_limit() {
+    every_algorithm_keeps::<PenaltyStartsOnTheCrossingDenial>();
 }
 
 /// Whatever a command leaves stored decodes back to the same state and the
