@@ -13,6 +13,7 @@
 use std::marker::PhantomData;
 
 use super::ffi::key::{Holds, OpenKey};
+use super::ffi::types::TypedValue;
 use super::ffi::{Ctx, KeyName};
 use super::types::{PenalizedStored, Stored};
 use crate::algorithms::expiry::{expiry_at, next_expiry};
@@ -25,11 +26,60 @@ pub enum Read {}
 /// A key opened for reading and writing: [`Key::write`].
 pub enum Write {}
 
+/// What a [`Key`] is made of: the server's open key (`OpenKey`), or, in
+/// the engine's unit tests, a key of an in-memory store. The primitives
+/// only; every rule of storing (siblings, penalties, the expiry's band) is
+/// [`Key`]'s, shared by both.
+pub trait RawKey {
+    /// What the key holds of `A` or `S`, to read.
+    fn holds<A: TypedValue, S: TypedValue>(&self) -> Holds<&A, &S>;
+    /// What the key holds of `A` or `S`, to change in place.
+    fn holds_mut<A: TypedValue, S: TypedValue>(&mut self) -> Holds<&mut A, &mut S>;
+    /// Stores `value` in place of what the key holds (its expiry gone with
+    /// it): false when refused.
+    fn set_value<T: TypedValue>(&mut self, value: T) -> bool;
+    fn is_empty(&self) -> bool;
+    /// Milliseconds until the key expires; -1 when it has no expiry.
+    fn ttl_ms(&self) -> i64;
+    fn delete(&mut self);
+    /// Makes the key expire at `unix_ms`, if it exists.
+    fn expire_at(&mut self, unix_ms: i64);
+    fn expires_at(&self) -> Option<i64>;
+}
+
+impl RawKey for OpenKey<'_> {
+    fn holds<A: TypedValue, S: TypedValue>(&self) -> Holds<&A, &S> {
+        OpenKey::holds(self)
+    }
+    fn holds_mut<A: TypedValue, S: TypedValue>(&mut self) -> Holds<&mut A, &mut S> {
+        OpenKey::holds_mut(self)
+    }
+    fn set_value<T: TypedValue>(&mut self, value: T) -> bool {
+        OpenKey::set_value(self, value)
+    }
+    fn is_empty(&self) -> bool {
+        OpenKey::is_empty(self)
+    }
+    fn ttl_ms(&self) -> i64 {
+        OpenKey::ttl_ms(self)
+    }
+    fn delete(&mut self) {
+        OpenKey::delete(self);
+    }
+    fn expire_at(&mut self, unix_ms: i64) {
+        OpenKey::expire_at(self, unix_ms);
+    }
+    fn expires_at(&self) -> Option<i64> {
+        OpenKey::expires_at(self)
+    }
+}
+
 /// A key opened for one command (`'a`), closed when dropped; `M` says how
-/// it was opened ([`Read`] or [`Write`]).
-pub struct Key<'a, M> {
-    key: OpenKey<'a>,
-    access: PhantomData<M>,
+/// it was opened ([`Read`] or [`Write`]); `R` is what it is made of (the
+/// server's key, but in the engine's unit tests).
+pub struct Key<'a, M, R = OpenKey<'a>> {
+    key: R,
+    access: PhantomData<(M, &'a ())>,
 }
 
 /// A key opened for reading.
@@ -41,14 +91,19 @@ pub type WriteKey<'a> = Key<'a, Write>;
 impl<'a> Key<'a, Read> {
     /// Opens `name` for reading.
     pub fn read(ctx: Ctx<'a>, name: KeyName<'a>) -> Self {
-        Self {
-            key: OpenKey::open(ctx, name, false),
-            access: PhantomData,
-        }
+        Self::made_of(OpenKey::open(ctx, name, false))
     }
 }
 
-impl<M> Key<'_, M> {
+impl<M, R: RawKey> Key<'_, M, R> {
+    /// A key of `raw`, which the caller opened as `M` says.
+    pub(crate) fn made_of(raw: R) -> Self {
+        Self {
+            key: raw,
+            access: PhantomData,
+        }
+    }
+
     /// The state the key holds if it is an `A`, to read; `None` when it is
     /// empty or holds anything else.
     pub fn get<A: Stored>(&self) -> Option<&A> {
@@ -97,12 +152,11 @@ impl<'a> Key<'a, Write> {
     /// Opens `name` for reading and writing. Opening does not create the
     /// key; setting a value does.
     pub fn write(ctx: Ctx<'a>, name: KeyName<'a>) -> Self {
-        Self {
-            key: OpenKey::open(ctx, name, true),
-            access: PhantomData,
-        }
+        Self::made_of(OpenKey::open(ctx, name, true))
     }
+}
 
+impl<R: RawKey> Key<'_, Write, R> {
     /// The state the key holds: `None` when it does not exist, `WRONGTYPE`
     /// when it holds anything but an `A` (another algorithm's state
     /// included). For an algorithm's state, whose key may carry a penalty,

@@ -52,7 +52,7 @@ pub fn decide(
                 ),
             }
         }
-        Request::Throttle(throttle) => Outcome::Throttle(apply::<Gcra>(
+        Request::Throttle(throttle) => Outcome::Throttle(apply::<_, Gcra>(
             run,
             key()?,
             throttle.params,

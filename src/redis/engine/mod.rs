@@ -9,7 +9,11 @@ pub mod all;
 pub mod check;
 pub mod decide;
 pub mod leases;
+#[cfg(test)]
+mod memory;
 pub mod store;
+#[cfg(test)]
+mod tests;
 
 use super::stats::Counted;
 use super::types::PenalizedStored;
