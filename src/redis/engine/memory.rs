@@ -18,6 +18,7 @@ use crate::error::CommandError;
 /// A stored value: any of the module's types, its bytes readable.
 trait Value: Any {
     fn bytes(&self) -> Vec<u8>;
+    fn fresh_at_ms(&self) -> i64;
     fn copy(&self) -> Box<dyn Value>;
     fn as_any(&self) -> &dyn Any;
     fn as_any_mut(&mut self) -> &mut dyn Any;
@@ -28,6 +29,9 @@ impl<T: TypedValue> Value for T {
         let mut out = Vec::new();
         self.encode(&mut out);
         out
+    }
+    fn fresh_at_ms(&self) -> i64 {
+        crate::algorithms::State::fresh_at_ms(self)
     }
     fn copy(&self) -> Box<dyn Value> {
         Box::new(self.clone())
@@ -96,6 +100,11 @@ impl Memory {
             .get(name)
             .filter(|e| e.expires_at.is_none_or(|at| at > now))
             .map(|e| (e.value.bytes(), e.expires_at))
+    }
+
+    /// When the value `name` holds is as good as new, if it holds one.
+    pub fn fresh_at_ms(&self, name: &str) -> Option<i64> {
+        self.keys.borrow().get(name).map(|e| e.value.fresh_at_ms())
     }
 
     /// The keys written since the last call.

@@ -1,12 +1,16 @@
 //! The engine's rules, on its own code over keys in memory
 //! (`super::memory::Memory`): `RL.ALL` takes from every tier or from none,
-//! and what it takes from each tier is what that tier's single check takes.
+//! and what it takes from each tier is what that tier's single check takes;
+//! a penalty starts on the denial that crosses the limit; a key expires the
+//! moment its state (its penalty included) is as good as new.
 
 use proptest::prelude::*;
 
 use super::all::all;
 use super::check::apply_tier;
 use super::memory::Memory;
+use crate::algorithms::expiry::expiry_at;
+use crate::algorithms::penalty::PENALTY_TAG;
 use crate::algorithms::Mode;
 use crate::parse;
 
@@ -93,5 +97,86 @@ proptest! {
             }
         }
         prop_assert!(allowed + denied > 0);
+    }
+}
+
+proptest! {
+    /// One key's check (`apply`), with and without `PENALTY`, peeks among
+    /// them, no expiry slack: outside a penalty, a request answers as the
+    /// same check without the option would (on a copy of the key), and a
+    /// penalty starts exactly when that answer is a denial that could pass
+    /// later, lasting `PENALTY` from it; during the penalty every request is
+    /// denied until its end, nothing is taken and it is not extended; a
+    /// peek changes nothing; after any other request the key expires
+    /// exactly when its state, penalty included, is as good as new.
+    #[test]
+    fn a_penalty_starts_on_the_crossing_denial_and_the_key_expires_when_as_good_as_new(
+        tier in tier(),
+        steps in proptest::collection::vec((0i64..900, 1u64..4, any::<bool>(), 0u8..4), 1..50),
+    ) {
+        const P: u64 = 1200;
+        let key = KEYS[0];
+        let memory = Memory::at(T0, 0);
+        let mut now = T0;
+        let mut until: Option<i64> = None;
+        let mut words: Vec<String> = vec!["1".into(), key.into()];
+        words.extend(tier.iter().cloned());
+        let words: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+        let parsed = parse::all(&words).expect("parses");
+        let tier = &parsed.tiers[0];
+        for (dt, cost, with_penalty, peek) in steps {
+            now += dt;
+            memory.set_now(now);
+            let mode = if peek == 0 { Mode::Peek } else { Mode::Take };
+            let penalty_ms = with_penalty.then_some(P);
+            let before = memory.seen(key);
+            let alone = memory.only(key);
+            let plain = apply_tier(&alone, key, tier, cost, mode, None, None).expect("check");
+            let decision = apply_tier(&memory, key, tier, cost, mode, penalty_ms, None)
+                .expect("check");
+            let after = memory.seen(key);
+            let alone_after = alone.seen(key);
+            if mode == Mode::Peek {
+                prop_assert_eq!(&after, &before, "a peek changed the key");
+            }
+            match until.filter(|&end| now < end) {
+                Some(end) => {
+                    prop_assert!(!decision.allowed, "allowed during a penalty");
+                    prop_assert!(plain.retry_after_ms < 0 || decision.retry_after_ms >= end - now);
+                    let bytes = |s: &Option<(Vec<u8>, Option<i64>)>| s.as_ref().map(|s| s.0.clone());
+                    prop_assert_eq!(bytes(&after), bytes(&before), "taken during a penalty");
+                }
+                None => {
+                    let crosses = mode == Mode::Take
+                        && penalty_ms.is_some()
+                        && !plain.allowed
+                        && plain.retry_after_ms >= 0
+                        && before.is_some();
+                    if crosses {
+                        prop_assert!(!decision.allowed && decision.retry_after_ms >= P as i64);
+                        let held = after.as_ref().map(|s| s.0.first().copied());
+                        prop_assert_eq!(held, Some(Some(PENALTY_TAG)), "no penalty stored");
+                        until = Some(now + P as i64);
+                    } else {
+                        prop_assert_eq!(decision, plain);
+                        if before.as_ref().is_none_or(|s| s.0.first() != Some(&PENALTY_TAG)) {
+                            prop_assert_eq!(
+                                after.as_ref().map(|s| &s.0),
+                                alone_after.as_ref().map(|s| &s.0),
+                                "stored otherwise than the plain check"
+                            );
+                        }
+                    }
+                }
+            }
+            if mode == Mode::Take {
+                if let (Some((_, expires)), Some(fresh)) = (&after, memory.fresh_at_ms(key)) {
+                    prop_assert_eq!(*expires, Some(expiry_at(fresh, 0)), "expiry off its state");
+                    if let Some(end) = until {
+                        prop_assert!(fresh >= end, "the key could expire during its penalty");
+                    }
+                }
+            }
+        }
     }
 }
