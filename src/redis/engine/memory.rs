@@ -1,7 +1,8 @@
 //! The engine over keys in memory (test code only): [`Memory`] is a
 //! [`Store`] whose keys live in a map, with Redis's rules for what the
 //! engine relies on (a value set in place of another loses its expiry; a
-//! key past its expiry is gone when opened; a write is refused nowhere),
+//! key past its expiry is gone when opened; writes that need memory
+//! refused while it is full),
 //! so the engine's own code (`all`, `apply`) is unit-tested without a
 //! server.
 
@@ -67,6 +68,8 @@ pub struct Memory {
     now_ms: Cell<i64>,
     slack_ms: u32,
     written: RefCell<Vec<&'static str>>,
+    /// Whether the server would refuse a write that needs memory now.
+    full: Cell<bool>,
 }
 
 impl Memory {
@@ -80,6 +83,18 @@ impl Memory {
 
     pub fn set_now(&self, now_ms: i64) {
         self.now_ms.set(now_ms);
+    }
+
+    /// Makes the server refuse (or take again) writes that need memory.
+    pub fn set_full(&self, full: bool) {
+        self.full.set(full);
+    }
+
+    /// A copy of the store, every key as it is now.
+    pub fn copy(&self) -> Memory {
+        let copy = Memory::at(self.now_ms.get(), self.slack_ms);
+        *copy.keys.borrow_mut() = self.keys.borrow().clone();
+        copy
     }
 
     /// A copy of the store with only `name` (as it is now).
@@ -216,7 +231,11 @@ impl Store for Memory {
     }
 
     fn out_of_memory(&self) -> Result<(), CommandError> {
-        Ok(())
+        if self.full.get() {
+            Err(CommandError::out_of_memory())
+        } else {
+            Ok(())
+        }
     }
 
     fn written(&self, name: &'static str) {

@@ -180,3 +180,52 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// At `maxmemory` (writes that need memory refused): a request that
+    /// would create a key is refused with the OOM error; whatever is
+    /// refused would have been taken with memory free and changes nothing;
+    /// whatever is not refused is decided and stored exactly as with memory
+    /// free (a denial, a state updated in place), on one key and through
+    /// `RL.ALL` (docs/commands.md: the maxmemory rule).
+    #[test]
+    fn at_maxmemory_only_what_needs_memory_is_refused_and_it_changes_nothing(
+        tiers in proptest::collection::vec(tier(), 1..=3),
+        steps in proptest::collection::vec((0i64..700, 1u64..4, any::<bool>()), 1..40),
+    ) {
+        let n = tiers.len();
+        let memory = Memory::at(T0, 0);
+        let mut now = T0;
+        for (dt, cost, full) in steps {
+            now += dt;
+            memory.set_now(now);
+            let mut words: Vec<String> = vec![n.to_string()];
+            words.extend(KEYS.iter().take(n).map(|k| k.to_string()));
+            words.extend(tiers.iter().flatten().cloned());
+            words.extend(["COST".to_string(), cost.to_string()]);
+            let words: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+            let parsed = parse::all(&words).expect("parses");
+            let before = seen(&memory, n);
+            // What the request does with memory free, on a copy.
+            let free = memory.copy();
+            let unlimited = all(&free, &KEYS[..n], &parsed, Mode::Take).expect("RL.ALL");
+            let with_free = seen(&free, n);
+            let creates = before.iter().zip(&with_free).any(|(b, a)| b.is_none() && a.is_some());
+            memory.set_full(full);
+            let result = all(&memory, &KEYS[..n], &parsed, Mode::Take);
+            memory.set_full(false);
+            match result {
+                Err(_) => {
+                    prop_assert!(full, "refused with memory free");
+                    prop_assert!(unlimited.0.allowed && with_free != before, "refused what takes nothing");
+                    prop_assert_eq!(seen(&memory, n), before, "a refused request changed a key");
+                }
+                Ok((combined, _)) => {
+                    prop_assert!(!(full && creates), "a key created at maxmemory");
+                    prop_assert_eq!(combined, unlimited.0);
+                    prop_assert_eq!(seen(&memory, n), with_free);
+                }
+            }
+        }
+    }
+}
