@@ -97,7 +97,7 @@ impl Request {
         }
     }
 
-    /// `SHADOW`: never answered a denial (see [`Outcome::shadowed`]).
+    /// `SHADOW`: never answered a denial (see `super::outcome::Outcome::shadowed`).
     pub fn shadow(&self) -> bool {
         match self {
             Request::Check { options, .. } => options.shadow,

@@ -71,10 +71,10 @@ crate::registry!(apply_tier);
 /// under a penalty denies (see `crate::algorithms::penalty`); a denial given
 /// `penalty_ms` starts one. Any request (not a peek) leaves the key's expiry
 /// in its band after the key is fresh, its penalty included (see
-/// `crate::algorithms::expiry::next_expiry`), so a key whose expiry was removed or moved
-/// gets it back even from a denial. At `maxmemory`, a request that would
+/// `crate::algorithms::expiry::next_expiry`), so a key whose expiry was
+/// removed or moved gets it back even from a denial. At `maxmemory`, a request that would
 /// create a key or grow its state is refused with Redis's OOM error;
-/// everything else is decided (see [`out_of_memory`]), a penalty's start
+/// everything else is decided (see [`Store::out_of_memory`]), a penalty's start
 /// included (a few bytes, once per penalty: a denial is worth more than the
 /// OOM error). A denial that will wait (`block_ms`) keeps the key until its
 /// turn (see [`turn_of`]).
