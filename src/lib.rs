@@ -18,19 +18,18 @@ pub mod encoding;
 pub mod error;
 pub mod log_throttle;
 pub mod parse;
-#[cfg(not(test))]
 mod redis;
 pub mod redis_cell;
 pub mod replay;
 pub mod top;
+#[doc(hidden)]
+pub mod typed_keys;
 pub mod wait;
 pub mod words;
 
-#[cfg(not(test))]
 use redis::init;
 
 // The data types are created by `init`, from the registry.
-#[cfg(not(test))]
 redis_module::redis_module! {
     name: "ratelimit",
     version: 1,

@@ -7,6 +7,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use common::*;
+use redis::Value;
 use redis_ratelimit::algorithms::concurrency::{LeaseParams, Leases};
 use redis_ratelimit::algorithms::State;
 
@@ -118,4 +119,124 @@ fn rl_info_of_a_key_of_100k_leases_mostly_ended_lists_the_live_ones() {
     assert_eq!(listed.len(), 100);
     assert_eq!(text(&items(&listed[0])[0]), "id-099900");
     assert_eq!(field(&info, "leases"), field(&small_info, "leases"));
+}
+
+#[test]
+fn info_tells_the_algorithm_its_parameters_state_and_ttl() {
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    assert_eq!(rl_info(&mut con, "missing"), None);
+    check(
+        &mut con,
+        &["RL.TOKENBUCKET", "tb", "10", "0.5", "COST", "3"],
+    );
+    let tb = rl_info(&mut con, "tb").unwrap();
+    assert_eq!(info_text(&tb, "algorithm"), "tokenbucket");
+    assert_eq!(info_int(&tb, "capacity"), 10);
+    let rate: f64 = redis::from_redis_value(tb["rate_per_s"].clone()).unwrap();
+    assert_eq!(rate, 0.5);
+    assert_eq!(info_int(&tb, "remaining"), 7);
+    let ttl = info_int(&tb, "ttl_ms");
+    assert!((1..=7000).contains(&ttl), "{ttl}");
+    // Every algorithm answers with its name, its parameters as last used and
+    // what a request would be told now.
+    type Case<'a> = (&'a [&'a str], &'a str, &'a [(&'a str, i64)]);
+    let cases: &[Case] = &[
+        (
+            &["RL.SLIDINGCOUNTER", "sc", "5", "10s", "PRECISION", "4"],
+            "slidingcounter",
+            &[
+                ("limit", 5),
+                ("window_ms", 10_000),
+                ("precision", 4),
+                ("remaining", 4),
+            ],
+        ),
+        (
+            &["RL.FIXEDWINDOW", "fw", "5", "1m"],
+            "fixedwindow",
+            &[
+                ("limit", 5),
+                ("window_ms", 60_000),
+                ("count", 1),
+                ("remaining", 4),
+            ],
+        ),
+        (
+            &["RL.SLIDINGLOG", "sl", "5", "1h"],
+            "slidinglog",
+            &[
+                ("limit", 5),
+                ("window_ms", 3_600_000),
+                ("count", 1),
+                ("entries", 1),
+                ("remaining", 4),
+            ],
+        ),
+        (
+            &["RL.LEAKYBUCKET", "lb", "5", "1"],
+            "leakybucket",
+            &[("capacity", 5), ("remaining", 4)],
+        ),
+        (
+            &["RL.GCRA", "gc", "4", "1", "60"],
+            "gcra",
+            &[
+                ("burst", 4),
+                ("count", 1),
+                ("period_ms", 60_000),
+                ("remaining", 4),
+            ],
+        ),
+    ];
+    for (words, name, fields) in cases {
+        check(&mut con, words);
+        let map = rl_info(&mut con, words[1]).unwrap();
+        assert_eq!(info_text(&map, "algorithm"), *name);
+        for (field, value) in *fields {
+            assert_eq!(info_int(&map, field), *value, "{name} {field}");
+        }
+        assert!(info_int(&map, "ttl_ms") > 0);
+    }
+    // And every algorithm of the registry: its name, each parameter as given
+    // (under its name, a unit appended), what remains and its TTL.
+    for spec in every_algorithm(5, 3_600_000) {
+        let key = format!("info:{}", spec.name);
+        check(&mut con, &spec.words(&key, &[]));
+        let map = rl_info(&mut con, &key).unwrap();
+        assert_eq!(info_text(&map, "algorithm"), spec.name);
+        for (name, word) in spec.param_names.iter().zip(&spec.params) {
+            let (field, value) = [
+                name.to_string(),
+                format!("{name}_ms"),
+                format!("{name}_per_s"),
+            ]
+            .into_iter()
+            .find_map(|field| map.get(&field).map(|value| (field, value)))
+            .unwrap_or_else(|| panic!("{}: RL.INFO does not show {name}: {map:?}", spec.name));
+            let shown: f64 = redis::from_redis_value(value.clone()).unwrap();
+            let given: f64 = word.trim_end_matches("ms").parse().unwrap();
+            assert_eq!(shown, given, "{} {field}", spec.name);
+        }
+        assert_eq!(info_int(&map, "remaining"), 4, "{}", spec.name);
+        assert!(info_int(&map, "ttl_ms") > 0, "{}", spec.name);
+    }
+    acquire(&mut con, &["conc", "4", "1m", "ID", "w1"]);
+    let conc = rl_info(&mut con, "conc").unwrap();
+    assert_eq!(info_text(&conc, "algorithm"), "concurrency");
+    assert_eq!(info_int(&conc, "limit"), 4);
+    assert_eq!(info_int(&conc, "lease_ms"), 60_000);
+    assert_eq!(info_int(&conc, "remaining"), 3);
+}
+
+#[test]
+fn info_is_a_map_under_resp3() {
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    run(&mut con, &["HELLO", "3"]).unwrap();
+    check(&mut con, &["RL.FIXEDWINDOW", "fw", "5", "1m"]);
+    match run(&mut con, &["RL.INFO", "fw"]).unwrap() {
+        Value::Map(pairs) => assert!(pairs.len() >= 6, "{pairs:?}"),
+        other => panic!("expected a map, got {other:?}"),
+    }
 }

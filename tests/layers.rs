@@ -21,11 +21,15 @@ use std::path::{Path, PathBuf};
 /// The layers, top first: each a list of files (a name ending in `/` is
 /// every file under that folder). A file may import files of its own layer
 /// (without a loop) and of the layers below it, never of a layer above.
-/// Data goes down: commands -> respond -> waiters -> request -> engine ->
-/// key/state -> replies and the server API (`redis/ffi/`), and below the
-/// Redis layer the plain Rust: replays, grammar, algorithms, words.
+/// Data goes down: commands -> respond -> waiters -> engine -> keys,
+/// states, requests (what was asked) and replies -> the server API
+/// (`redis/ffi/`), and below the Redis layer the plain Rust: replays,
+/// grammar, algorithms, words.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("the module's start-up", &["lib.rs", "redis/mod.rs"]),
+    (
+        "the module's start-up; the key types shown to compile-fail tests",
+        &["lib.rs", "redis/mod.rs", "typed_keys.rs"],
+    ),
     ("the command table", &["redis/commands/mod.rs"]),
     (
         "entry points: one file per command family (shim, parse, respond)",
@@ -37,17 +41,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("clients waiting (BLOCK)", &["redis/waiters.rs"]),
     (
-        "a request: what was asked, how it is decided",
-        &["redis/request.rs"],
-    ),
-    (
         "the engine: apply, plan, settle, store, acquire",
         &["redis/engine/"],
     ),
     (
-        "keys, stored types, replication, memory, answers",
+        "keys, stored types, requests (what was asked), replication, memory, answers",
         &[
             "redis/key.rs",
+            "redis/request.rs",
             "redis/types.rs",
             "redis/replicate.rs",
             "redis/memory.rs",

@@ -11,6 +11,7 @@
 //! made from that list.
 
 pub mod concurrency;
+pub mod expiry;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
@@ -279,6 +280,18 @@ pub trait Algorithm: State {
             }
             (decision, None) => (decision, false),
         }
+    }
+
+    /// [`Algorithm::check_stored`] of a peek, on a state lent to read only:
+    /// the same decision (a peek changes nothing there either).
+    fn peek_stored(&self, params: Self::Params, now_ms: i64, cost: u64) -> Decision {
+        if self.params() == params {
+            let now_ms = now_ms.max(self.last_seen_ms());
+            if let Some(decision) = self.decide_in_place(now_ms, cost) {
+                return decision;
+            }
+        }
+        Self::check_with(Some(self), params, now_ms, cost, Mode::Peek).0
     }
 
     /// The whole life of one command, shared by every algorithm: start from

@@ -181,6 +181,22 @@ pub fn check_stored<A: Algorithm>(
     }
 }
 
+/// [`check_stored`] of a peek, on a state lent to read only: the same
+/// decision (a peek neither changes the state nor starts a penalty).
+pub fn peek_stored<A: Algorithm>(
+    state: &A,
+    until_ms: Option<i64>,
+    params: A::Params,
+    now_ms: i64,
+    cost: u64,
+) -> Decision {
+    let own = state.peek_stored(params, now_ms, cost);
+    match until_ms.and_then(|until| in_force(until, now_ms)) {
+        Some(until_ms) => denied_until(until_ms, now_ms, own),
+        None => own,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testkit::{decode_body, encode, encode_body};
@@ -345,6 +361,82 @@ mod tests {
         let denied = key.request(0, None);
         assert!(!denied.allowed);
         assert_eq!(key.until_ms, None);
+    }
+
+    /// A peek on a state lent to read only ([`peek_stored`], what a key
+    /// opened for reading offers) answers as [`check_stored`] in peek mode
+    /// on the same state, under the state's own parameters (the in-place
+    /// answers) and others (the copy), with and without a penalty, and
+    /// changes nothing.
+    fn peeks_agree<A: Algorithm + PartialEq + std::fmt::Debug>(
+        mine: A::Params,
+        other: A::Params,
+        steps: &[(u16, u8, bool, bool, Option<u16>)],
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        let mut state = A::fresh(mine, T0);
+        let mut now = T0;
+        for &(dt, cost, take, other_params, until) in steps {
+            now += i64::from(dt);
+            let cost = u64::from(cost);
+            let params = if other_params { other } else { mine };
+            let until_ms = until.map(|u| now - 500 + i64::from(u));
+            let before = state.clone();
+            let read_only = peek_stored(&state, until_ms, params, now, cost);
+            let (peeked, changed, started) = check_stored(
+                &mut state,
+                until_ms,
+                params,
+                now,
+                cost,
+                Mode::Peek,
+                Some(1000),
+            );
+            proptest::prop_assert_eq!(read_only, peeked);
+            proptest::prop_assert!(!changed && started.is_none());
+            proptest::prop_assert_eq!(&before, &state);
+            if take {
+                call_take(&mut state, mine, now, cost);
+            }
+        }
+        Ok(())
+    }
+
+    const T0: i64 = 1_700_000_000_000;
+
+    fn call_take<A: Algorithm>(state: &mut A, params: A::Params, now: i64, cost: u64) {
+        let _ = state.check_stored(params, now, cost, Mode::Take);
+    }
+
+    fn steps() -> impl proptest::strategy::Strategy<Value = Vec<(u16, u8, bool, bool, Option<u16>)>>
+    {
+        use proptest::prelude::*;
+        proptest::collection::vec(
+            (
+                0u16..400,
+                0u8..8,
+                any::<bool>(),
+                any::<bool>(),
+                proptest::option::of(0u16..1000),
+            ),
+            1..60,
+        )
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_read_only_peek_answers_as_a_peek_on_a_lent_state_token_bucket(steps in steps()) {
+            let mine = TokenBucketParams { capacity: 5, rate_per_s: 3.0 };
+            let other = TokenBucketParams { capacity: 3, rate_per_s: 1.0 };
+            peeks_agree::<TokenBucket>(mine, other, &steps)?;
+        }
+
+        #[test]
+        fn a_read_only_peek_answers_as_a_peek_on_a_lent_state_sliding_log(steps in steps()) {
+            use super::super::sliding_log::{SlidingLog, SlidingLogParams};
+            let mine = SlidingLogParams { limit: 6, window_ms: 1000 };
+            let other = SlidingLogParams { limit: 4, window_ms: 1500 };
+            peeks_agree::<SlidingLog>(mine, other, &steps)?;
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //!   kept while it lies between the moment its state is fresh again and that
 //!   moment plus the slack, and moved to the end of that band otherwise, so a
 //!   busy key's expiry is written about once per slack instead of on every
-//!   request (see `crate::replay::next_expiry`). 0: the expiry is always
+//!   request (see `crate::algorithms::expiry::next_expiry`). 0: the expiry is always
 //!   exactly the fresh moment.
 //! - `max-keys` (1 to 1000000, default 100): the most keys one `RL.ALL` may
 //!   name; a call naming more is refused before anything runs. `RL.ALL`
@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
 use super::ffi::{self, config::NumberSetting, Ctx, KeyName};
-use crate::replay::MAX_EXPIRY_SLACK_MS;
+use crate::algorithms::expiry::MAX_EXPIRY_SLACK_MS;
 
 static DENY_EVENTS: AtomicBool = AtomicBool::new(false);
 static EXPIRY_SLACK_MS: AtomicI64 = AtomicI64::new(DEFAULT_EXPIRY_SLACK_MS);

@@ -2,28 +2,161 @@
 //! holds of an algorithm (its state, penalized or not), storing a state in
 //! place or anew, a penalty's start, and the expiry's band. The key itself
 //! is `super::ffi::key::OpenKey`.
+//!
+//! A key opened for reading ([`ReadKey`]) and one opened for writing
+//! ([`WriteKey`]) are different types: only a write key changes the value
+//! or the expiry, or lends the value mutably. Everything that replaces or
+//! frees the value (`delete`, `set`, `put`, `penalize`) takes `&mut self`,
+//! so a state read from the key cannot be used after it: the compile-fail
+//! examples in `crate::typed_keys` show it.
+
+use std::marker::PhantomData;
 
 use super::ffi::key::{Holds, OpenKey};
+use super::ffi::types::TypedValue;
 use super::ffi::{Ctx, KeyName};
 use super::types::{PenalizedStored, Stored};
+use crate::algorithms::expiry::{expiry_at, next_expiry};
 use crate::algorithms::Algorithm;
 use crate::error::CommandError;
-use crate::replay::{expiry_at, next_expiry};
 
-/// A key opened for one command (`'a`), closed when dropped.
-pub struct Key<'a> {
-    key: OpenKey<'a>,
+/// A key opened for reading: [`Key::read`].
+pub enum Read {}
+
+/// A key opened for reading and writing: [`Key::write`].
+pub enum Write {}
+
+/// What a [`Key`] is made of: the server's open key (`OpenKey`), or, in
+/// the engine's unit tests, a key of an in-memory store. The primitives
+/// only; every rule of storing (siblings, penalties, the expiry's band) is
+/// [`Key`]'s, shared by both.
+pub trait RawKey {
+    /// What the key holds of `A` or `S`, to read.
+    fn holds<A: TypedValue, S: TypedValue>(&self) -> Holds<&A, &S>;
+    /// What the key holds of `A` or `S`, to change in place.
+    fn holds_mut<A: TypedValue, S: TypedValue>(&mut self) -> Holds<&mut A, &mut S>;
+    /// Stores `value` in place of what the key holds (its expiry gone with
+    /// it): false when refused.
+    fn set_value<T: TypedValue>(&mut self, value: T) -> bool;
+    fn is_empty(&self) -> bool;
+    /// Milliseconds until the key expires; -1 when it has no expiry.
+    fn ttl_ms(&self) -> i64;
+    fn delete(&mut self);
+    /// Makes the key expire at `unix_ms`, if it exists.
+    fn expire_at(&mut self, unix_ms: i64);
+    fn expires_at(&self) -> Option<i64>;
 }
 
-impl<'a> Key<'a> {
-    /// Opens `name` for reading, or for reading and writing. Opening does not
-    /// create the key; setting a value does.
-    pub fn open(ctx: Ctx<'a>, name: KeyName<'a>, write: bool) -> Self {
+impl RawKey for OpenKey<'_> {
+    fn holds<A: TypedValue, S: TypedValue>(&self) -> Holds<&A, &S> {
+        OpenKey::holds(self)
+    }
+    fn holds_mut<A: TypedValue, S: TypedValue>(&mut self) -> Holds<&mut A, &mut S> {
+        OpenKey::holds_mut(self)
+    }
+    fn set_value<T: TypedValue>(&mut self, value: T) -> bool {
+        OpenKey::set_value(self, value)
+    }
+    fn is_empty(&self) -> bool {
+        OpenKey::is_empty(self)
+    }
+    fn ttl_ms(&self) -> i64 {
+        OpenKey::ttl_ms(self)
+    }
+    fn delete(&mut self) {
+        OpenKey::delete(self);
+    }
+    fn expire_at(&mut self, unix_ms: i64) {
+        OpenKey::expire_at(self, unix_ms);
+    }
+    fn expires_at(&self) -> Option<i64> {
+        OpenKey::expires_at(self)
+    }
+}
+
+/// A key opened for one command (`'a`), closed when dropped; `M` says how
+/// it was opened ([`Read`] or [`Write`]); `R` is what it is made of (the
+/// server's key, but in the engine's unit tests).
+pub struct Key<'a, M, R = OpenKey<'a>> {
+    key: R,
+    access: PhantomData<(M, &'a ())>,
+}
+
+/// A key opened for reading.
+pub type ReadKey<'a> = Key<'a, Read>;
+
+/// A key opened for reading and writing.
+pub type WriteKey<'a> = Key<'a, Write>;
+
+impl<'a> Key<'a, Read> {
+    /// Opens `name` for reading.
+    pub fn read(ctx: Ctx<'a>, name: KeyName<'a>) -> Self {
+        Self::made_of(OpenKey::open(ctx, name, false))
+    }
+}
+
+impl<M, R: RawKey> Key<'_, M, R> {
+    /// A key of `raw`, which the caller opened as `M` says.
+    pub(crate) fn made_of(raw: R) -> Self {
         Self {
-            key: OpenKey::open(ctx, name, write),
+            key: raw,
+            access: PhantomData,
         }
     }
 
+    /// The state the key holds if it is an `A`, to read; `None` when it is
+    /// empty or holds anything else.
+    pub fn get<A: Stored>(&self) -> Option<&A> {
+        match self.key.holds::<A, A::Sibling>() {
+            Holds::This(state) => Some(state),
+            _ => None,
+        }
+    }
+
+    /// [`Key::held`], to read only.
+    pub fn held_ref<A: PenalizedStored>(&self) -> Result<Option<HeldRef<'_, A>>, CommandError> {
+        Ok(match self.key.holds::<A, A::Penalized>() {
+            Holds::Nothing => None,
+            Holds::This(state) => Some(HeldRef {
+                state,
+                until_ms: None,
+            }),
+            Holds::Sibling(penalized) => {
+                let (state, until_ms) = A::parts_ref(penalized);
+                Some(HeldRef {
+                    state,
+                    until_ms: Some(until_ms),
+                })
+            }
+            Holds::Other => return Err(CommandError::wrong_type()),
+        })
+    }
+
+    /// Whether the key holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.key.is_empty()
+    }
+
+    /// Milliseconds until the key expires; -1 when it has no expiry.
+    pub fn ttl_ms(&self) -> i64 {
+        self.key.ttl_ms()
+    }
+
+    /// When the key expires (Unix ms), if it does.
+    pub fn expires_at(&self) -> Option<i64> {
+        self.key.expires_at()
+    }
+}
+
+impl<'a> Key<'a, Write> {
+    /// Opens `name` for reading and writing. Opening does not create the
+    /// key; setting a value does.
+    pub fn write(ctx: Ctx<'a>, name: KeyName<'a>) -> Self {
+        Self::made_of(OpenKey::open(ctx, name, true))
+    }
+}
+
+impl<R: RawKey> Key<'_, Write, R> {
     /// The state the key holds: `None` when it does not exist, `WRONGTYPE`
     /// when it holds anything but an `A` (another algorithm's state
     /// included). For an algorithm's state, whose key may carry a penalty,
@@ -97,27 +230,8 @@ impl<'a> Key<'a> {
         Ok(())
     }
 
-    /// The state the key holds if it is an `A`, to read; `None` when it is
-    /// empty or holds anything else.
-    pub fn get<A: Stored>(&self) -> Option<&A> {
-        match self.key.holds::<A, A::Sibling>() {
-            Holds::This(state) => Some(state),
-            _ => None,
-        }
-    }
-
-    /// Whether the key holds nothing.
-    pub fn is_empty(&self) -> bool {
-        self.key.is_empty()
-    }
-
-    /// Milliseconds until the key expires; -1 when it has no expiry.
-    pub fn ttl_ms(&self) -> i64 {
-        self.key.ttl_ms()
-    }
-
-    /// Deletes the key (opened for writing). `&mut self`: nothing read from
-    /// the value ([`Key::get`]) outlives it.
+    /// Deletes the key. `&mut self`: nothing read from the value
+    /// ([`Key::get`]) outlives it.
     pub fn delete(&mut self) {
         self.key.delete();
     }
@@ -154,26 +268,21 @@ impl<'a> Key<'a> {
 
     /// Makes the key expire at `unix_ms` (an absolute time, so a replica and
     /// an AOF replay set the very same moment).
-    pub fn expire_at(&self, unix_ms: i64) {
+    pub fn expire_at(&mut self, unix_ms: i64) {
         self.key.expire_at(unix_ms);
     }
 
-    /// When the key expires (Unix ms), if it does.
-    pub fn expires_at(&self) -> Option<i64> {
-        self.key.expires_at()
-    }
-
     /// Sets the key's expiry to the end of its band after `fresh_at_ms`
-    /// (`crate::replay::expiry_at`). The key must be open for writing and
+    /// (`crate::algorithms::expiry::expiry_at`). The key must be open for writing and
     /// hold a value.
-    pub fn expire_fresh(&self, fresh_at_ms: i64, slack_ms: u32) {
+    pub fn expire_fresh(&mut self, fresh_at_ms: i64, slack_ms: u32) {
         self.expire_at(expiry_at(fresh_at_ms, slack_ms));
     }
 
     /// Puts the key's expiry in its band after `fresh_at_ms` (see
-    /// `crate::replay::next_expiry`). Returns whether it moved. The key
+    /// `crate::algorithms::expiry::next_expiry`). Returns whether it moved. The key
     /// must be open for writing and hold a value.
-    pub fn settle_expiry(&self, fresh_at_ms: i64, slack_ms: u32) -> bool {
+    pub fn settle_expiry(&mut self, fresh_at_ms: i64, slack_ms: u32) -> bool {
         match next_expiry(fresh_at_ms, self.expires_at(), slack_ms) {
             Some(at) => {
                 self.expire_at(at);
@@ -188,7 +297,7 @@ impl<'a> Key<'a> {
     /// expiry in the band it had (at most `before_ms + slack_ms`) valid, so
     /// the expiry is set without being read first: a lookup saved on every
     /// check that must move it anyway.
-    pub fn settle_expiry_moved(&self, before_ms: i64, after_ms: i64, slack_ms: u32) -> bool {
+    pub fn settle_expiry_moved(&mut self, before_ms: i64, after_ms: i64, slack_ms: u32) -> bool {
         if after_ms.saturating_sub(before_ms) > i64::from(slack_ms) {
             self.expire_fresh(after_ms, slack_ms);
             true
@@ -198,8 +307,24 @@ impl<'a> Key<'a> {
     }
 }
 
-/// An algorithm's state as a key holds it, and the end of the key's latest
-/// penalty, when it has had one.
+/// An algorithm's state as a key holds it, to read, and the end of the
+/// key's latest penalty, when it has had one.
+pub struct HeldRef<'k, A> {
+    pub state: &'k A,
+    pub until_ms: Option<i64>,
+}
+
+impl<A: Stored> HeldRef<'_, A> {
+    /// When the key is as good as new: its state fresh, its penalty over.
+    pub fn fresh_at_ms(&self) -> i64 {
+        let fresh_at_ms = self.state.fresh_at_ms();
+        self.until_ms
+            .map_or(fresh_at_ms, |until| fresh_at_ms.max(until))
+    }
+}
+
+/// An algorithm's state as a key holds it, to change in place, and the end
+/// of the key's latest penalty, when it has had one.
 pub struct Held<'k, A> {
     pub state: &'k mut A,
     pub until_ms: Option<i64>,

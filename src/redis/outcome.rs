@@ -1,9 +1,16 @@
 //! What a request is answered ([`Outcome`]), and how: the replies of every
-//! command that decides requests, written once, beside the answer.
+//! command that decides requests, written once, beside the answer; and
+//! what a decided request leaves behind before its reply ([`tally`]: its
+//! count, its denial announced).
 
+use super::config::on_denied;
 use super::ffi::{Ctx, KeyName, Status};
+use super::replicate::Run;
+use super::request::Request;
+use super::sketch;
 use crate::algorithms::partial::Grant;
 use crate::algorithms::Decision;
+use crate::algorithms::Mode;
 use crate::redis_cell::cl_throttle_reply;
 
 /// What a request is answered.
@@ -122,6 +129,38 @@ impl Outcome {
                     reply_decision(ctx, tier);
                 }
             }),
+        }
+    }
+}
+
+/// Counts a decided request (a peek is not a request), announces a denial
+/// (`deny-events`) on each key that denied and counts it for `RL.TOP`, and
+/// replies. A `SHADOW` request's denial is counted and announced as such
+/// (not for `RL.TOP`: nothing was denied), and answered allowed (see
+/// [`Outcome::shadowed`]).
+pub fn answer(run: &Run<'_>, request: &Request, keys: &[KeyName<'_>], outcome: &Outcome) -> Status {
+    tally(run.ctx, request, keys, outcome);
+    if request.shadow() {
+        outcome.clone().shadowed().reply(run.ctx)
+    } else {
+        outcome.reply(run.ctx)
+    }
+}
+
+/// Counts a decided request and announces its denial, as [`answer`] does,
+/// for an answer replied later (a waiter's).
+pub fn tally(ctx: Ctx<'_>, request: &Request, keys: &[KeyName<'_>], outcome: &Outcome) {
+    let shadow = request.shadow();
+    if request.mode() == Mode::Take {
+        let allowed = outcome.decision().allowed;
+        request.counter().count(allowed, shadow);
+        if !allowed {
+            for key in outcome.denying(keys) {
+                on_denied(ctx, key, shadow);
+                if !shadow {
+                    sketch::denied(key);
+                }
+            }
         }
     }
 }

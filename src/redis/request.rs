@@ -1,21 +1,12 @@
-//! A request, whatever command made it: what was asked (parsed), how it is
-//! decided (by the engine, `super::engine`), and how a decided request is
-//! counted, announced and answered ([`answer`]). Every check command,
-//! `CL.THROTTLE`, `RL.PEEK`, `RL.ALL` and `RL.ACQUIRE` go through it, so an
-//! option that changes how requests are decided is written here once.
+//! A request, whatever command made it: what was asked, parsed, and what
+//! it says of itself (its mode, its wait, its replay, its counter). Data
+//! only: the engine decides it (`super::engine::decide`), and
+//! `super::outcome` counts, announces and answers it. Every check command,
+//! `CL.THROTTLE`, `RL.PEEK`, `RL.ALL` and `RL.ACQUIRE` make one, so an
+//! option that changes how requests are decided is read here once.
 
-use super::config::on_denied;
-use super::engine::all::all;
-use super::engine::check::{apply, apply_tier, upto_tier};
-use super::engine::leases::{acquire, peek};
-use super::engine::penalty_of;
-use super::ffi::{random_hex, Ctx, KeyName, Status};
-use super::outcome::Outcome;
-use super::replicate::Run;
-use super::sketch;
+use super::ffi::random_hex;
 use super::stats::{self, Counted, Counter};
-use crate::algorithms::gcra::Gcra;
-use crate::algorithms::partial::Grant;
 use crate::algorithms::Mode;
 use crate::error::CommandError;
 use crate::parse::{self, AcquireArgs, AllArgs, CheckOptions, Tier};
@@ -106,7 +97,7 @@ impl Request {
         }
     }
 
-    /// `SHADOW`: never answered a denial (see [`Outcome::shadowed`]).
+    /// `SHADOW`: never answered a denial (see `super::outcome::Outcome::shadowed`).
     pub fn shadow(&self) -> bool {
         match self {
             Request::Check { options, .. } => options.shadow,
@@ -123,66 +114,6 @@ impl Request {
             Request::Acquire { .. } => &stats::ACQUIRE,
             Request::All(_) => &stats::ALL,
         }
-    }
-
-    /// Decides the request on `keys` (one, or `RL.ALL`'s), in `mode`.
-    pub fn decide(
-        &self,
-        run: &Run<'_>,
-        keys: &[KeyName<'_>],
-        mode: Mode,
-    ) -> Result<Outcome, CommandError> {
-        let key = || keys.first().copied().ok_or(CommandError::Arity);
-        Ok(match self {
-            Request::Check { tier, options } => {
-                let key = key()?;
-                // `UPTO`: the plain check of what is available.
-                let grant = if options.upto {
-                    Some(upto_tier(run, key, tier, options.cost)?)
-                } else {
-                    None
-                };
-                let decision = apply_tier(
-                    run,
-                    key,
-                    tier,
-                    grant.map_or(options.cost, |(asked, _)| asked),
-                    mode,
-                    penalty_of(options),
-                    options.block_ms,
-                )?;
-                match grant {
-                    None => Outcome::Decision(decision),
-                    Some((asked, at_ms)) => Outcome::Granted(
-                        decision,
-                        Grant {
-                            granted: if decision.allowed { asked } else { 0 },
-                            at_ms,
-                        },
-                    ),
-                }
-            }
-            Request::Throttle(throttle) => Outcome::Throttle(apply::<Gcra>(
-                run,
-                key()?,
-                throttle.params,
-                throttle.cost,
-                mode,
-                None,
-                None,
-            )?),
-            Request::Acquire { args, id, .. } => match mode {
-                Mode::Take => {
-                    let decision = acquire(run, key()?, args.params, id)?;
-                    Outcome::Acquired(decision, decision.allowed.then(|| id.clone()))
-                }
-                Mode::Peek => Outcome::Acquired(peek(run, key()?, args.params)?, None),
-            },
-            Request::All(args) => {
-                let (combined, tiers) = all(run, keys, args, mode)?;
-                Outcome::All(combined, tiers)
-            }
-        })
     }
 }
 
@@ -208,38 +139,6 @@ fn acquire_request(words: &[&[u8]], drawn: Option<Vec<u8>>) -> Result<Request, C
 
 /// The length of a lease id the server draws: 32 hex characters, 128 bits.
 const DRAWN_ID_LEN: usize = 32;
-
-/// Counts a decided request (a peek is not a request), announces a denial
-/// (`deny-events`) on each key that denied and counts it for `RL.TOP`, and
-/// replies. A `SHADOW` request's denial is counted and announced as such
-/// (not for `RL.TOP`: nothing was denied), and answered allowed (see
-/// [`Outcome::shadowed`]).
-pub fn answer(run: &Run<'_>, request: &Request, keys: &[KeyName<'_>], outcome: &Outcome) -> Status {
-    tally(run.ctx, request, keys, outcome);
-    if request.shadow() {
-        outcome.clone().shadowed().reply(run.ctx)
-    } else {
-        outcome.reply(run.ctx)
-    }
-}
-
-/// Counts a decided request and announces its denial, as [`answer`] does,
-/// for an answer replied later (a waiter's).
-pub fn tally(ctx: Ctx<'_>, request: &Request, keys: &[KeyName<'_>], outcome: &Outcome) {
-    let shadow = request.shadow();
-    if request.mode() == Mode::Take {
-        let allowed = outcome.decision().allowed;
-        request.counter().count(allowed, shadow);
-        if !allowed {
-            for key in outcome.denying(keys) {
-                on_denied(ctx, key, shadow);
-                if !shadow {
-                    sketch::denied(key);
-                }
-            }
-        }
-    }
-}
 
 /// The counter of the algorithm of `tier`, made from the registry.
 macro_rules! counter_of {

@@ -3,9 +3,11 @@
 //! request to [`respond`], which queues it behind waiters or decides it,
 //! propagates what it changed, has it wait (`BLOCK`) or answers it.
 
+use super::engine::decide::decide;
 use super::ffi::{Args, KeyName, Status};
+use super::outcome::answer;
 use super::replicate::Run;
-use super::request::{answer, Request};
+use super::request::Request;
 use super::waiters;
 use crate::algorithms::Mode;
 
@@ -22,7 +24,7 @@ pub fn respond(run: &Run<'_>, args: &Args<'_>, request: Request, keys: &[KeyName
         if let Some(block_ms) = block_ms {
             return waiters::wait(ctx, args, request, keys, block_ms, None);
         }
-        return match request.decide(run, keys, Mode::Peek) {
+        return match decide(run, &request, keys, Mode::Peek) {
             Ok(outcome) => {
                 let outcome = outcome.denied(waiters::next_turn_ms(ctx, keys));
                 answer(run, &request, keys, &outcome)
@@ -30,7 +32,7 @@ pub fn respond(run: &Run<'_>, args: &Args<'_>, request: Request, keys: &[KeyName
             Err(error) => ctx.reply_error(&error),
         };
     }
-    let decided = request.decide(run, keys, mode);
+    let decided = decide(run, &request, keys, mode);
     run.propagate(Some(args), request.drawn_id());
     let outcome = match decided {
         Ok(outcome) => outcome,

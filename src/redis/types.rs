@@ -34,6 +34,9 @@ pub trait PenalizedStored: Stored {
     /// The state inside a penalized one, and the end of its penalty.
     fn parts(penalized: &mut Self::Penalized) -> (&mut Self, &mut i64);
 
+    /// [`PenalizedStored::parts`], to read.
+    fn parts_ref(penalized: &Self::Penalized) -> (&Self, i64);
+
     /// The state, penalized until `until_ms`.
     fn penalized(until_ms: i64, state: Self) -> Self::Penalized;
 }
@@ -59,6 +62,9 @@ macro_rules! stored_types {
             type Penalized = Penalized<crate::algorithms::$module::$ty>;
             fn parts(penalized: &mut Self::Penalized) -> (&mut Self, &mut i64) {
                 (&mut penalized.state, &mut penalized.until_ms)
+            }
+            fn parts_ref(penalized: &Self::Penalized) -> (&Self, i64) {
+                (&penalized.state, penalized.until_ms)
             }
             fn penalized(until_ms: i64, state: Self) -> Self::Penalized {
                 Penalized { until_ms, state }

@@ -29,14 +29,15 @@ use std::ffi::c_int;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
+use super::engine::decide::decide;
 use super::ffi::args::OwnedNames;
 use super::ffi::block::{self, create_timer, stop_timer, unblock, Timer, TimerId, Waiting};
 use super::ffi::cluster::redirect_for;
 use super::ffi::{detached, now_ms, on_flush, on_swap, writes_paused, Args, Ctx, KeyName, Status};
 use super::key::writing_own;
-use super::outcome::Outcome;
+use super::outcome::{tally, Outcome};
 use super::replicate::Run;
-use super::request::{tally, Request};
+use super::request::Request;
 use super::stats::{WAITING, WAITS_ALLOWED, WAITS_TIMED_OUT};
 use crate::algorithms::Mode;
 use crate::error::CommandError;
@@ -113,7 +114,7 @@ impl Host<Parked> for Server<'_> {
         let parked = &waiter.request;
         let (command, glue_at) = parked.request.replayed_as();
         let run = Run::woken(ctx, command, glue_at, &parked.words);
-        let decided = parked.request.decide(&run, &keys, Mode::Take);
+        let decided = decide(&run, &parked.request, &keys, Mode::Take);
         run.propagate(None, parked.request.drawn_id());
         match decided {
             Ok(outcome) if outcome.decision().allowed => {
@@ -159,7 +160,7 @@ fn timed_out_answer(ctx: Ctx<'_>, waiter: &Waiter<Parked>) -> Answer {
     let request = &waiter.request.request;
     let (command, glue_at) = request.replayed_as();
     let run = Run::live(ctx, command, glue_at);
-    let outcome = request.decide(&run, &keys, Mode::Peek)?.denied(1);
+    let outcome = decide(&run, request, &keys, Mode::Peek)?.denied(1);
     tally(ctx, request, &keys, &outcome);
     Ok(outcome)
 }

@@ -5,6 +5,7 @@
 
 pub mod links;
 
+use std::collections::HashMap;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -711,4 +712,46 @@ pub fn command_words<'a>(
 /// The command of the algorithm `name`: `RL.<NAME>`.
 pub fn command_of(name: &str) -> String {
     format!("RL.{}", name.to_ascii_uppercase())
+}
+
+/// RL.INFO as a map of field name to value (`None` for a missing key).
+pub fn rl_info(con: &mut Connection, key: &str) -> Option<HashMap<String, Value>> {
+    match run(con, &["RL.INFO", key]).unwrap() {
+        Value::Nil => None,
+        Value::Array(items) => {
+            let mut map = HashMap::new();
+            for pair in items.chunks(2) {
+                let name: String = redis::from_redis_value(pair[0].clone()).unwrap();
+                map.insert(name, pair[1].clone());
+            }
+            Some(map)
+        }
+        Value::Map(pairs) => Some(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (redis::from_redis_value::<String>(k).unwrap(), v))
+                .collect(),
+        ),
+        other => panic!("RL.INFO {key} replied {other:?}"),
+    }
+}
+
+pub fn info_int(map: &HashMap<String, Value>, field: &str) -> i64 {
+    redis::from_redis_value(map[field].clone()).unwrap()
+}
+
+pub fn info_text(map: &HashMap<String, Value>, field: &str) -> String {
+    redis::from_redis_value(map[field].clone()).unwrap()
+}
+
+/// The reply of RL.ACQUIRE: the five integers and the lease id (if any).
+pub fn acquire(con: &mut Connection, words: &[&str]) -> (Vec<i64>, Option<String>) {
+    let mut cmd = redis::cmd("RL.ACQUIRE");
+    for w in words {
+        cmd.arg(*w);
+    }
+    let (a, b, c, d, e, id): (i64, i64, i64, i64, i64, Option<String>) = cmd
+        .query(con)
+        .unwrap_or_else(|err| panic!("RL.ACQUIRE {words:?} failed: {err}"));
+    (vec![a, b, c, d, e], id)
 }

@@ -4,6 +4,7 @@
 //! on the time and settings the primary pinned. Only a server's primary or
 //! its AOF may send them: a client could otherwise pin any time.
 
+use super::super::engine::decide::decide;
 use super::super::engine::leases::release;
 use super::super::ffi::{command, Args, Ctx, Status, Words};
 use super::super::replicate::Run;
@@ -34,7 +35,7 @@ fn apply_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
             Command::Refund => refund(&run, Some(key), &words).map(drop),
             Command::All => Err(CommandError::invalid_state("RL.ALL replays as RL.APPLYALL")),
             command => Request::parse(command, &words, header.drawn_id)
-                .and_then(|request| request.decide(&run, &[key], request.mode()))
+                .and_then(|request| decide(&run, &request, &[key], request.mode()))
                 .map(drop),
         };
         run.propagate(Some(args), None);
@@ -65,7 +66,7 @@ fn apply_all_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
         let result = parse::all(&words).and_then(|parsed| {
             let keys = keys(args, &parsed)?;
             let request = Request::All(parsed);
-            request.decide(&run, &keys, request.mode()).map(drop)
+            decide(&run, &request, &keys, request.mode()).map(drop)
         });
         run.propagate(Some(args), None);
         result

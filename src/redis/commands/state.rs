@@ -3,12 +3,12 @@
 
 use super::super::config::expiry_slack_ms;
 use super::super::ffi::{command, now_ms, Args, Ctx, KeyName, Status};
-use super::super::key::Key;
+use super::super::key::{Key, ReadKey};
 use super::super::types::{first_of, horizon, on_tag, StateVisitor, Stored};
+use crate::algorithms::expiry::EXPIRY_TIMES;
 use crate::algorithms::Field;
 use crate::error::CommandError;
 use crate::parse::options::value_of;
-use crate::replay::EXPIRY_TIMES;
 use crate::words::values::whole_in;
 
 command! {
@@ -16,7 +16,7 @@ command! {
     /// state, as encoded by `crate::encoding`. Its expiry: `PXAT`'s, exactly;
     /// none changed with `KEEPTTL` (how AOF rewrite writes a key, Redis adding
     /// the key's own `PEXPIREAT` after it); otherwise in its band after the
-    /// state is fresh (`crate::replay::next_expiry`), then replicated with that
+    /// state is fresh (`crate::algorithms::expiry::next_expiry`), then replicated with that
     /// expiry as `PXAT`, so a replica sets the very same one. It checks its input
     /// as strictly as any command: a state this module could not have written is
     /// an error, and a key holding anything but that algorithm's type is
@@ -104,7 +104,7 @@ impl StateVisitor for SetState<'_> {
     fn visit<A: Stored>(self) -> Self::Out {
         let state =
             A::decode(self.blob, horizon()).map_err(|e| CommandError::invalid_state(e.0))?;
-        let mut key = Key::open(self.ctx, self.key_name, true);
+        let mut key = Key::write(self.ctx, self.key_name);
         let fresh_at_ms = state.fresh_at_ms();
         key.put(state)?;
         self.ctx.signal_modified(self.key_name);
@@ -135,7 +135,7 @@ fn info_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     let Some(key_name) = args.key(1).filter(|_| args.len() == 2) else {
         return ctx.reply_error(&CommandError::Arity);
     };
-    let key = Key::open(ctx, key_name, false);
+    let key = Key::read(ctx, key_name);
     let describe = Describe {
         key: &key,
         now_ms: now_ms(),
@@ -153,7 +153,7 @@ fn info_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
 /// The fields of `RL.INFO` for a key, if it holds an `A`.
 #[derive(Clone, Copy)]
 struct Describe<'k, 'a> {
-    key: &'k Key<'a>,
+    key: &'k ReadKey<'a>,
     now_ms: i64,
 }
 

@@ -3,10 +3,7 @@
 //! penalty denies; with `PENALTY`, the tiers that denied on their own get
 //! one.
 
-use super::super::ffi::KeyName;
-use super::super::key::Key;
-use super::super::replicate::Run;
-use super::store::{out_of_memory, store, written};
+use super::store::{store, Store};
 use super::{penalty_of, turn_of, Checked};
 use crate::algorithms::penalty;
 use crate::algorithms::{Decision, Mode};
@@ -14,12 +11,12 @@ use crate::error::CommandError;
 use crate::parse::{AllArgs, Tier};
 
 /// Stores what a tier took, once every tier has allowed.
-type Commit<'a> = Box<dyn FnOnce(&Run<'a>, KeyName<'a>) -> Result<(), CommandError> + 'a>;
+type Commit<'a, S> = Box<dyn FnOnce(&S, <S as Store>::Name) -> Result<(), CommandError> + 'a>;
 
 /// What one tier decided, and how to store what it took, not yet done.
-struct Planned<'a> {
+struct Planned<'a, S: Store> {
     decision: Decision,
-    commit: Option<Commit<'a>>,
+    commit: Option<Commit<'a, S>>,
     /// Whether the commit creates the key or grows its state.
     grows: bool,
     /// Whether the tier's key is under a penalty (which denied).
@@ -30,9 +27,9 @@ struct Planned<'a> {
 /// instant, before anything is written, so that a WRONGTYPE or a denial on
 /// any tier leaves every key as it was; only when every tier allows is the
 /// request taken from all.
-pub fn all<'a>(
-    run: &Run<'a>,
-    keys: &[KeyName<'a>],
+pub fn all<S: Store>(
+    run: &S,
+    keys: &[S::Name],
     parsed: &AllArgs,
     mode: Mode,
 ) -> Result<(Decision, Vec<Decision>), CommandError> {
@@ -44,7 +41,7 @@ pub fn all<'a>(
     let mut decisions: Vec<Decision> = planned.iter().map(|p| p.decision).collect();
     if Decision::all_of(&decisions).allowed {
         if mode == Mode::Take && planned.iter().any(|p| p.grows) {
-            out_of_memory(run)?;
+            run.out_of_memory()?;
         }
         for (tier, &key_name) in planned.into_iter().zip(keys) {
             if let Some(commit) = tier.commit {
@@ -72,18 +69,18 @@ pub fn all<'a>(
             }
             let starts =
                 penalty_ms.filter(|_| !planned.penalized && penalty::starts(decision, mode));
-            let until_ms = starts.map(|ms| penalty::ends_at(run.now_ms, ms));
+            let until_ms = starts.map(|ms| penalty::ends_at(run.now_ms(), ms));
             if let Some(until_ms) = until_ms {
-                *decision = penalty::denied_until(until_ms, run.now_ms, *decision);
+                *decision = penalty::denied_until(until_ms, run.now_ms(), *decision);
             }
             penalties.push(until_ms);
         }
         let combined = Decision::all_of(&decisions);
-        let turn_ms = turn_of(&combined, run.now_ms, parsed.options.block_ms);
+        let turn_ms = turn_of(&combined, run.now_ms(), parsed.options.block_ms);
         for (((tier, &key_name), until_ms), decision) in
             parsed.tiers.iter().zip(keys).zip(penalties).zip(&decisions)
         {
-            let new_at_ms = run.now_ms.saturating_add(decision.reset_after_ms);
+            let new_at_ms = run.now_ms().saturating_add(decision.reset_after_ms);
             let held_ms = turn_ms.map(|turn_ms| turn_ms.min(new_at_ms));
             settle_tier(run, key_name, tier, until_ms, held_ms)?;
         }
@@ -98,16 +95,16 @@ macro_rules! plan_tier {
         algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
         others { $($others:tt)* }
     ) => {
-        fn plan_tier<'a>(
-            run: &Run<'a>,
-            key_name: KeyName<'a>,
+        fn plan_tier<'a, S: Store + 'a>(
+            run: &S,
+            key_name: S::Name,
             tier: &Tier,
             cost: u64,
             mode: Mode,
-        ) -> Result<Planned<'a>, CommandError> {
+        ) -> Result<Planned<'a, S>, CommandError> {
             match *tier {
                 $(Tier::$ty(params) => {
-                    plan::<crate::algorithms::$module::$ty>(run, key_name, params, cost, mode)
+                    plan::<S, crate::algorithms::$module::$ty>(run, key_name, params, cost, mode)
                 })*
             }
         }
@@ -115,16 +112,16 @@ macro_rules! plan_tier {
         /// Gives a tier's key the penalty that starts, if one does, and
         /// puts its expiry in its band, if it holds that tier's state, kept
         /// at least until `turn_ms` (a waiting request's turn).
-        fn settle_tier(
-            run: &Run<'_>,
-            key_name: KeyName<'_>,
+        fn settle_tier<S: Store>(
+            run: &S,
+            key_name: S::Name,
             tier: &Tier,
             penalty_until: Option<i64>,
             turn_ms: Option<i64>,
         ) -> Result<(), CommandError> {
             match *tier {
                 $(Tier::$ty(_) => {
-                    settle::<crate::algorithms::$module::$ty>(run, key_name, penalty_until, turn_ms)
+                    settle::<S, crate::algorithms::$module::$ty>(run, key_name, penalty_until, turn_ms)
                 })*
             }
         }
@@ -132,68 +129,68 @@ macro_rules! plan_tier {
 }
 crate::registry!(plan_tier);
 
-fn plan<'a, A: Checked>(
-    run: &Run<'a>,
-    key_name: KeyName<'a>,
+fn plan<'a, S: Store + 'a, A: Checked>(
+    run: &S,
+    key_name: S::Name,
     params: A::Params,
     cost: u64,
     mode: Mode,
-) -> Result<Planned<'a>, CommandError> {
-    let mut key = Key::open(run.ctx, key_name, false);
-    let held = key.held::<A>()?;
+) -> Result<Planned<'a, S>, CommandError> {
+    let key = run.read(key_name);
+    let held = key.held_ref::<A>()?;
     if let Some(until_ms) = held
         .as_ref()
         .and_then(|h| h.until_ms)
-        .and_then(|until| penalty::in_force(until, run.now_ms))
+        .and_then(|until| penalty::in_force(until, run.now_ms()))
     {
-        let state = held.map(|h| &*h.state);
-        let (own, _) = A::check_with(state, params, run.now_ms, cost, Mode::Peek);
+        let state = held.map(|h| h.state);
+        let (own, _) = A::check_with(state, params, run.now_ms(), cost, Mode::Peek);
         return Ok(Planned {
-            decision: penalty::denied_until(until_ms, run.now_ms, own),
+            decision: penalty::denied_until(until_ms, run.now_ms(), own),
             commit: None,
             grows: false,
             penalized: true,
         });
     }
-    let stored = held.map(|h| &*h.state);
+    let stored = held.map(|h| h.state);
     let grows = match stored {
-        Some(state) => state.grows_with(params, run.now_ms, cost),
+        Some(state) => state.grows_with(params, run.now_ms(), cost),
         None => true,
     };
-    let (decision, next) = A::check_with(stored, params, run.now_ms, cost, mode);
+    let (decision, next) = A::check_with(stored, params, run.now_ms(), cost, mode);
     Ok(Planned {
         grows: grows && next.is_some(),
         decision,
         penalized: false,
         commit: next.map(|next| {
-            Box::new(move |run: &Run<'a>, key_name: KeyName<'a>| {
-                let mut key = Key::open(run.ctx, key_name, true);
+            Box::new(move |run: &S, key_name: S::Name| {
+                let mut key = run.write(key_name);
                 store(run, &mut key, key_name, next)
-            }) as Commit<'a>
+            }) as Commit<'a, S>
         }),
     })
 }
 
-fn settle<A: Checked>(
-    run: &Run<'_>,
-    key_name: KeyName<'_>,
+fn settle<S: Store, A: Checked>(
+    run: &S,
+    key_name: S::Name,
     penalty_until: Option<i64>,
     turn_ms: Option<i64>,
 ) -> Result<(), CommandError> {
-    let mut key = Key::open(run.ctx, key_name, true);
-    let Some(before_ms) = key.held::<A>()?.map(|held| held.fresh_at_ms()) else {
+    let mut key = run.write(key_name);
+    let Some(before_ms) = key.held_ref::<A>()?.map(|held| held.fresh_at_ms()) else {
         return Ok(());
     };
     if let Some(until_ms) = penalty_until {
-        key.penalize::<A>(until_ms, run.now_ms)?;
+        key.penalize::<A>(until_ms, run.now_ms())?;
         A::counter().penalized();
     }
     let fresh_at_ms = [penalty_until, turn_ms]
         .into_iter()
         .flatten()
         .fold(before_ms, i64::max);
-    if key.settle_expiry(fresh_at_ms, run.expiry_slack_ms) || penalty_until.is_some() {
-        written(run, key_name);
+    if key.settle_expiry(fresh_at_ms, run.expiry_slack_ms()) || penalty_until.is_some() {
+        run.written(key_name);
     }
     Ok(())
 }

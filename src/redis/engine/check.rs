@@ -1,10 +1,7 @@
 //! One check of one key ([`apply`]), and the dispatch on a tier's
 //! algorithm ([`apply_tier`]).
 
-use super::super::ffi::KeyName;
-use super::super::key::Key;
-use super::super::replicate::Run;
-use super::store::{out_of_memory, store, written};
+use super::store::{store, Store};
 use super::{turn_of, Checked};
 use crate::algorithms::partial::{granted_at_ms, refund_stored, upto_cost};
 use crate::algorithms::penalty;
@@ -19,9 +16,9 @@ macro_rules! apply_tier {
         algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
         others { $($others:tt)* }
     ) => {
-        pub fn apply_tier(
-            run: &Run<'_>,
-            key_name: KeyName<'_>,
+        pub fn apply_tier<S: Store>(
+            run: &S,
+            key_name: S::Name,
             tier: &Tier,
             cost: u64,
             mode: Mode,
@@ -30,38 +27,38 @@ macro_rules! apply_tier {
         ) -> Result<Decision, CommandError> {
             match *tier {
                 $(Tier::$ty(params) => {
-                    apply::<crate::algorithms::$module::$ty>(run, key_name, params, cost, mode, penalty_ms, block_ms)
+                    apply::<S, crate::algorithms::$module::$ty>(run, key_name, params, cost, mode, penalty_ms, block_ms)
                 })*
             }
         }
 
         /// What a partial grant (`COST cost UPTO`) on `key_name` asks of
         /// [`apply_tier`], for the algorithm `tier` names: see [`upto`].
-        pub fn upto_tier(
-            run: &Run<'_>,
-            key_name: KeyName<'_>,
+        pub fn upto_tier<S: Store>(
+            run: &S,
+            key_name: S::Name,
             tier: &Tier,
             cost: u64,
         ) -> Result<(u64, i64), CommandError> {
             match *tier {
                 $(Tier::$ty(params) => {
-                    upto::<crate::algorithms::$module::$ty>(run, key_name, params, cost)
+                    upto::<S, crate::algorithms::$module::$ty>(run, key_name, params, cost)
                 })*
             }
         }
 
         /// A refund on `key_name` of the algorithm `tier` names: the units
         /// given back.
-        pub fn refund_tier(
-            run: &Run<'_>,
-            key_name: KeyName<'_>,
+        pub fn refund_tier<S: Store>(
+            run: &S,
+            key_name: S::Name,
             tier: &Tier,
             amount: u64,
             granted_at_ms: Option<i64>,
         ) -> Result<u64, CommandError> {
             match *tier {
                 $(Tier::$ty(params) => {
-                    refund::<crate::algorithms::$module::$ty>(run, key_name, params, amount, granted_at_ms)
+                    refund::<S, crate::algorithms::$module::$ty>(run, key_name, params, amount, granted_at_ms)
                 })*
             }
         }
@@ -74,73 +71,79 @@ crate::registry!(apply_tier);
 /// under a penalty denies (see `crate::algorithms::penalty`); a denial given
 /// `penalty_ms` starts one. Any request (not a peek) leaves the key's expiry
 /// in its band after the key is fresh, its penalty included (see
-/// `crate::replay::next_expiry`), so a key whose expiry was removed or moved
-/// gets it back even from a denial. At `maxmemory`, a request that would
+/// `crate::algorithms::expiry::next_expiry`), so a key whose expiry was
+/// removed or moved gets it back even from a denial. At `maxmemory`, a request that would
 /// create a key or grow its state is refused with Redis's OOM error;
-/// everything else is decided (see [`out_of_memory`]), a penalty's start
+/// everything else is decided (see [`Store::out_of_memory`]), a penalty's start
 /// included (a few bytes, once per penalty: a denial is worth more than the
 /// OOM error). A denial that will wait (`block_ms`) keeps the key until its
 /// turn (see [`turn_of`]).
-pub fn apply<A: Checked>(
-    run: &Run<'_>,
-    key_name: KeyName<'_>,
+pub fn apply<S: Store, A: Checked>(
+    run: &S,
+    key_name: S::Name,
     params: A::Params,
     cost: u64,
     mode: Mode,
     penalty_ms: Option<u64>,
     block_ms: Option<u64>,
 ) -> Result<Decision, CommandError> {
-    let mut key = Key::open(run.ctx, key_name, mode == Mode::Take);
+    if mode == Mode::Peek {
+        let key = run.read(key_name);
+        return Ok(match key.held_ref::<A>()? {
+            None => A::check_with(None, params, run.now_ms(), cost, mode).0,
+            Some(held) => {
+                penalty::peek_stored(held.state, held.until_ms, params, run.now_ms(), cost)
+            }
+        });
+    }
+    let mut key = run.write(key_name);
     let Some(held) = key.held::<A>()? else {
         // A fresh state denies only what can never pass: no penalty.
-        let (decision, next) = A::check_with(None, params, run.now_ms, cost, mode);
+        let (decision, next) = A::check_with(None, params, run.now_ms(), cost, mode);
         if let Some(next) = next {
-            out_of_memory(run)?;
+            run.out_of_memory()?;
             store(run, &mut key, key_name, next)?;
         }
         return Ok(decision);
     };
-    if mode == Mode::Take && held.state.grows_with(params, run.now_ms, cost) {
-        out_of_memory(run)?;
+    if held.state.grows_with(params, run.now_ms(), cost) {
+        run.out_of_memory()?;
     }
     let before_ms = held.fresh_at_ms();
     let (decision, changed, penalty_until) = if held.until_ms.is_none() && penalty_ms.is_none() {
         // No penalty had, none asked: what `penalty::check_stored` does
         // then, without its wrapping (most checks; ~50 instructions each).
-        let (decision, changed) = held.state.check_stored(params, run.now_ms, cost, mode);
+        let (decision, changed) = held.state.check_stored(params, run.now_ms(), cost, mode);
         (decision, changed, None)
     } else {
         penalty::check_stored(
             held.state,
             held.until_ms,
             params,
-            run.now_ms,
+            run.now_ms(),
             cost,
             mode,
             penalty_ms,
         )
     };
-    if mode == Mode::Peek {
-        return Ok(decision);
-    }
     let mut after_ms = if changed {
         held.fresh_at_ms()
     } else {
         before_ms
     };
     if let Some(until_ms) = penalty_until {
-        key.penalize::<A>(until_ms, run.now_ms)?;
+        key.penalize::<A>(until_ms, run.now_ms())?;
         A::counter().penalized();
         after_ms = after_ms.max(until_ms);
     }
-    if let Some(turn_ms) = turn_of(&decision, run.now_ms, block_ms) {
+    if let Some(turn_ms) = turn_of(&decision, run.now_ms(), block_ms) {
         after_ms = after_ms.max(turn_ms);
     }
-    if key.settle_expiry_moved(before_ms, after_ms, run.expiry_slack_ms)
+    if key.settle_expiry_moved(before_ms, after_ms, run.expiry_slack_ms())
         || changed
         || penalty_until.is_some()
     {
-        written(run, key_name);
+        run.written(key_name);
     }
     Ok(decision)
 }
@@ -153,30 +156,33 @@ pub fn apply<A: Checked>(
 /// time the grant is made at (`Grant::at_ms`). Only requests with `UPTO`
 /// come here, before their plain check: the plain path is the one every
 /// check takes.
-pub fn upto<A: Checked>(
-    run: &Run<'_>,
-    key_name: KeyName<'_>,
+pub fn upto<S: Store, A: Checked>(
+    run: &S,
+    key_name: S::Name,
     params: A::Params,
     cost: u64,
 ) -> Result<(u64, i64), CommandError> {
     if !<A::Params as Syntax>::PARTIAL {
         return Err(crate::parse::options::upto_not_offered());
     }
-    let mut key = Key::open(run.ctx, key_name, false);
-    Ok(match key.held::<A>()? {
-        None => (upto_cost::<A>(None, params, run.now_ms, cost), run.now_ms),
+    let key = run.read(key_name);
+    Ok(match key.held_ref::<A>()? {
+        None => (
+            upto_cost::<A>(None, params, run.now_ms(), cost),
+            run.now_ms(),
+        ),
         Some(held) => {
-            let state = Some(&*held.state);
+            let state = Some(held.state);
             let penalized = held
                 .until_ms
-                .and_then(|until| penalty::in_force(until, run.now_ms))
+                .and_then(|until| penalty::in_force(until, run.now_ms()))
                 .is_some();
             let asked = if penalized {
                 1
             } else {
-                upto_cost(state, params, run.now_ms, cost)
+                upto_cost(state, params, run.now_ms(), cost)
             };
-            (asked, granted_at_ms(state, run.now_ms))
+            (asked, granted_at_ms(state, run.now_ms()))
         }
     })
 }
@@ -189,21 +195,21 @@ pub fn upto<A: Checked>(
 /// expiry follows it (a state fresh sooner expires sooner). The refund is
 /// made on a copy, so that a state brought up to date but given nothing
 /// back is not written (replicas would not see it).
-pub fn refund<A: Checked>(
-    run: &Run<'_>,
-    key_name: KeyName<'_>,
+pub fn refund<S: Store, A: Checked>(
+    run: &S,
+    key_name: S::Name,
     params: A::Params,
     amount: u64,
     granted_at_ms: Option<i64>,
 ) -> Result<u64, CommandError> {
-    let mut key = Key::open(run.ctx, key_name, true);
+    let mut key = run.write(key_name);
     let Some(held) = key.held::<A>()? else {
         return Ok(0);
     };
     let before_ms = held.fresh_at_ms();
-    let at_ms = granted_at_ms.unwrap_or(run.now_ms.max(held.state.last_seen_ms()));
+    let at_ms = granted_at_ms.unwrap_or(run.now_ms().max(held.state.last_seen_ms()));
     let mut next = held.state.clone();
-    let Some(given) = refund_stored(&mut next, params, run.now_ms, amount, at_ms) else {
+    let Some(given) = refund_stored(&mut next, params, run.now_ms(), amount, at_ms) else {
         return Err(crate::parse::options::upto_not_offered());
     };
     if given == 0 {
@@ -211,7 +217,7 @@ pub fn refund<A: Checked>(
     }
     *held.state = next;
     let after_ms = held.fresh_at_ms();
-    key.settle_expiry_moved(before_ms, after_ms, run.expiry_slack_ms);
-    written(run, key_name);
+    key.settle_expiry_moved(before_ms, after_ms, run.expiry_slack_ms());
+    run.written(key_name);
     Ok(given)
 }

@@ -2,9 +2,8 @@
 //! taking, giving one back.
 
 use super::super::ffi::KeyName;
-use super::super::key::Key;
 use super::super::replicate::Run;
-use super::store::{out_of_memory, store, written};
+use super::store::{store, Store};
 use crate::algorithms::concurrency::{LeaseParams, Leases};
 use crate::algorithms::{Decision, State};
 use crate::error::CommandError;
@@ -18,24 +17,24 @@ pub fn acquire(
     params: LeaseParams,
     id: &[u8],
 ) -> Result<Decision, CommandError> {
-    let mut key = Key::open(run.ctx, key_name, true);
+    let mut key = run.write(key_name);
     match key.value::<Leases>()? {
         Some(leases) => {
-            if leases.would_add(params, run.now_ms, id) {
-                out_of_memory(run)?;
+            if leases.would_add(params, run.now_ms(), id) {
+                run.out_of_memory()?;
             }
-            let (decision, changed) = leases.acquire(params, run.now_ms, id);
+            let (decision, changed) = leases.acquire(params, run.now_ms(), id);
             let fresh_at_ms = leases.fresh_at_ms();
-            let moved = key.settle_expiry(fresh_at_ms, run.expiry_slack_ms);
+            let moved = key.settle_expiry(fresh_at_ms, run.expiry_slack_ms());
             if changed || moved {
-                written(run, key_name);
+                run.written(key_name);
             }
             Ok(decision)
         }
         None => {
-            out_of_memory(run)?;
-            let mut leases = Leases::new(params, run.now_ms);
-            let (decision, _) = leases.acquire(params, run.now_ms, id);
+            run.out_of_memory()?;
+            let mut leases = Leases::new(params, run.now_ms());
+            let (decision, _) = leases.acquire(params, run.now_ms(), id);
             store(run, &mut key, key_name, leases)?;
             Ok(decision)
         }
@@ -49,10 +48,12 @@ pub fn peek(
     key_name: KeyName<'_>,
     params: LeaseParams,
 ) -> Result<Decision, CommandError> {
-    let key = Key::open(run.ctx, key_name, false);
+    let key = run.read(key_name);
     match key.get::<Leases>() {
-        Some(leases) => Ok(leases.peek_with(params, run.now_ms)),
-        None if key.is_empty() => Ok(Leases::new(params, run.now_ms).peek_with(params, run.now_ms)),
+        Some(leases) => Ok(leases.peek_with(params, run.now_ms())),
+        None if key.is_empty() => {
+            Ok(Leases::new(params, run.now_ms()).peek_with(params, run.now_ms()))
+        }
         None => Err(CommandError::wrong_type()),
     }
 }
@@ -69,19 +70,19 @@ pub fn release(
         return Err(CommandError::Arity);
     };
     let id = parse::lease_id(id)?;
-    let mut key = Key::open(run.ctx, key_name, true);
+    let mut key = run.write(key_name);
     let Some(leases) = key.value::<Leases>()? else {
         return Ok(false);
     };
-    if !leases.release(run.now_ms, &id) {
+    if !leases.release(run.now_ms(), &id) {
         return Ok(false);
     }
     let (empty, fresh_at_ms) = (leases.is_empty(), leases.fresh_at_ms());
     if empty {
         key.delete();
     } else {
-        key.settle_expiry(fresh_at_ms, run.expiry_slack_ms);
+        key.settle_expiry(fresh_at_ms, run.expiry_slack_ms());
     }
-    written(run, key_name);
+    run.written(key_name);
     Ok(true)
 }

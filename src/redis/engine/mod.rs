@@ -1,14 +1,19 @@
 //! The engine: how a request is decided on the keys it names, below the
-//! commands and the request that say what was asked, above the keys and
-//! states it reads and writes. One key's check ([`check`]), `RL.ALL`'s
+//! commands that say what was asked, above the keys and states it reads
+//! and writes. Its entry ([`decide`]), one key's check ([`check`]), `RL.ALL`'s
 //! tiers decided together then stored or settled ([`all`]), the
 //! concurrency limiter's leases ([`leases`]), and what every write shares
 //! ([`store`]: storing, the expiry, the maxmemory rule).
 
 pub mod all;
 pub mod check;
+pub mod decide;
 pub mod leases;
+#[cfg(test)]
+mod memory;
 pub mod store;
+#[cfg(test)]
+mod tests;
 
 use super::stats::Counted;
 use super::types::PenalizedStored;

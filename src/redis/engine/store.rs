@@ -1,43 +1,93 @@
-//! What every command that writes a state shares: the maxmemory rule,
-//! telling Redis a key changed, and storing a state with its expiry.
+//! What the engine decides over ([`Store`]): the keys of one command, the
+//! time it runs at, what the server says of memory, and who is told of a
+//! write. A client's command, a replay and a woken waiter run over the
+//! server's keys (`Run`); the engine's unit tests over keys in memory
+//! (`super::memory`). Also what every write shares: storing a state with
+//! its expiry.
 
+use super::super::ffi::key::OpenKey;
 use super::super::ffi::KeyName;
-use super::super::key::Key;
+use super::super::key::{Key, RawKey, Read, Write};
 use super::super::memory::refuses_growth;
 use super::super::replicate::Run;
 use super::super::types::Stored;
 use crate::error::CommandError;
 
-/// Refuses a request that would take more memory when Redis would refuse a
-/// write of its own (see `super::super::memory`): Redis's own OOM error, as
-/// for a command flagged `deny-oom`. Replays are never refused: the primary
-/// decided.
-pub fn out_of_memory(run: &Run<'_>) -> Result<(), CommandError> {
-    if !run.is_replay() && refuses_growth(run.ctx) {
-        Err(CommandError::out_of_memory())
-    } else {
-        Ok(())
-    }
+/// The keys a request is decided on, and what the engine asks around them.
+pub trait Store {
+    /// A key's name.
+    type Name: Copy;
+    /// What a key opened here is made of.
+    type Raw<'s>: RawKey
+    where
+        Self: 's;
+
+    /// The time the command decides at (Unix ms).
+    fn now_ms(&self) -> i64;
+    /// `ratelimit.expiry-slack` as the command runs it.
+    fn expiry_slack_ms(&self) -> u32;
+    /// Opens `name` for reading.
+    fn read(&self, name: Self::Name) -> Key<'_, Read, Self::Raw<'_>>;
+    /// Opens `name` for reading and writing.
+    fn write(&self, name: Self::Name) -> Key<'_, Write, Self::Raw<'_>>;
+    /// Refuses a request that would take more memory when Redis would
+    /// refuse a write of its own (see `super::super::memory`): Redis's own
+    /// OOM error, as for a command flagged `deny-oom`. Replays are never
+    /// refused: the primary decided.
+    fn out_of_memory(&self) -> Result<(), CommandError>;
+    /// After a key was written: Redis is told it changed, and the command
+    /// will be propagated.
+    fn written(&self, name: Self::Name);
 }
 
-/// After a key was written: Redis is told it changed, and the command will
-/// be propagated.
-pub fn written(run: &Run<'_>, key_name: KeyName<'_>) {
-    run.ctx.signal_modified(key_name);
-    run.changed();
+impl<'a> Store for Run<'a> {
+    type Name = KeyName<'a>;
+    type Raw<'s>
+        = OpenKey<'a>
+    where
+        Self: 's;
+
+    fn now_ms(&self) -> i64 {
+        self.now_ms
+    }
+
+    fn expiry_slack_ms(&self) -> u32 {
+        self.expiry_slack_ms
+    }
+
+    fn read(&self, name: KeyName<'a>) -> Key<'_, Read, OpenKey<'a>> {
+        Key::made_of(OpenKey::open(self.ctx, name, false))
+    }
+
+    fn write(&self, name: KeyName<'a>) -> Key<'_, Write, OpenKey<'a>> {
+        Key::made_of(OpenKey::open(self.ctx, name, true))
+    }
+
+    fn out_of_memory(&self) -> Result<(), CommandError> {
+        if !self.is_replay() && refuses_growth(self.ctx) {
+            Err(CommandError::out_of_memory())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn written(&self, name: KeyName<'a>) {
+        self.ctx.signal_modified(name);
+        self.changed();
+    }
 }
 
 /// Writes `state` to an open key (empty, or holding an `A`), with its
 /// expiry in its band.
-pub fn store<A: Stored>(
-    run: &Run<'_>,
-    key: &mut Key<'_>,
-    key_name: KeyName<'_>,
+pub fn store<S: Store, A: Stored, R: RawKey>(
+    run: &S,
+    key: &mut Key<'_, Write, R>,
+    key_name: S::Name,
     state: A,
 ) -> Result<(), CommandError> {
     let fresh_at_ms = state.fresh_at_ms();
     key.put(state)?;
-    key.expire_fresh(fresh_at_ms, run.expiry_slack_ms);
-    written(run, key_name);
+    key.expire_fresh(fresh_at_ms, run.expiry_slack_ms());
+    run.written(key_name);
     Ok(())
 }

@@ -1,18 +1,15 @@
-//! RL.ALL (several tiers, all or nothing), the concurrency limiter
-//! (RL.ACQUIRE / RL.RELEASE) and RL.INFO, on a real server.
+//! `RL.ALL` on a real server: several tiers decided together, the request
+//! taken from all of them or from none; its bad inputs, its key limit
+//! (`ratelimit.max-keys`), its key specs and what it replicates.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use std::collections::HashMap;
-use std::thread::sleep;
-use std::time::Duration;
-
 use common::{
-    check, digest_value, dump, error_of, every_algorithm, exists, pttl, run, Server, Spec,
-    ALGORITHMS,
+    check, digest_value, dump, error_of, every_algorithm, exists, info_int, pttl, rl_info, run,
+    Server, Spec, ALGORITHMS,
 };
-use redis::{Connection, Value};
+use redis::Connection;
 
 /// The reply of RL.ALL: the combined five, then each tier's own reply.
 fn all(con: &mut Connection, words: &[&str]) -> (Vec<i64>, Vec<Vec<i64>>) {
@@ -24,56 +21,6 @@ fn all(con: &mut Connection, words: &[&str]) -> (Vec<i64>, Vec<Vec<i64>>) {
         .query(con)
         .unwrap_or_else(|err| panic!("RL.ALL {words:?} failed: {err}"));
     (vec![a, b, c, d, e], tiers)
-}
-
-/// The reply of RL.ACQUIRE: the five integers and the lease id (if any).
-fn acquire(con: &mut Connection, words: &[&str]) -> (Vec<i64>, Option<String>) {
-    let mut cmd = redis::cmd("RL.ACQUIRE");
-    for w in words {
-        cmd.arg(*w);
-    }
-    let (a, b, c, d, e, id): (i64, i64, i64, i64, i64, Option<String>) = cmd
-        .query(con)
-        .unwrap_or_else(|err| panic!("RL.ACQUIRE {words:?} failed: {err}"));
-    (vec![a, b, c, d, e], id)
-}
-
-fn release(con: &mut Connection, key: &str, id: &str) -> i64 {
-    redis::cmd("RL.RELEASE")
-        .arg(key)
-        .arg(id)
-        .query(con)
-        .unwrap()
-}
-
-/// RL.INFO as a map of field name to value.
-fn info(con: &mut Connection, key: &str) -> Option<HashMap<String, Value>> {
-    match run(con, &["RL.INFO", key]).unwrap() {
-        Value::Nil => None,
-        Value::Array(items) => {
-            let mut map = HashMap::new();
-            for pair in items.chunks(2) {
-                let name: String = redis::from_redis_value(pair[0].clone()).unwrap();
-                map.insert(name, pair[1].clone());
-            }
-            Some(map)
-        }
-        Value::Map(pairs) => Some(
-            pairs
-                .into_iter()
-                .map(|(k, v)| (redis::from_redis_value::<String>(k).unwrap(), v))
-                .collect(),
-        ),
-        other => panic!("RL.INFO {key} replied {other:?}"),
-    }
-}
-
-fn int(map: &HashMap<String, Value>, field: &str) -> i64 {
-    redis::from_redis_value(map[field].clone()).unwrap()
-}
-
-fn text(map: &HashMap<String, Value>, field: &str) -> String {
-    redis::from_redis_value(map[field].clone()).unwrap()
 }
 
 const THREE_TIERS: &[&str] = &[
@@ -210,9 +157,12 @@ fn all_takes_cost_from_every_tier_and_mixes_every_algorithm() {
     let precision = sliding.params[sliding.param_count + 1]
         .parse::<i64>()
         .unwrap();
-    let sc = info(&mut con, &keys[tier_of("slidingcounter")]).unwrap();
-    assert_eq!(int(&sc, "precision"), precision);
-    assert_eq!(int(&sc, "remaining"), expected[tier_of("slidingcounter")]);
+    let sc = rl_info(&mut con, &keys[tier_of("slidingcounter")]).unwrap();
+    assert_eq!(info_int(&sc, "precision"), precision);
+    assert_eq!(
+        info_int(&sc, "remaining"),
+        expected[tier_of("slidingcounter")]
+    );
 }
 
 #[test]
@@ -480,294 +430,4 @@ fn all_replicates_only_the_effects_of_an_allowed_request() {
     all(&mut p, THREE_TIERS); // denied: the bucket holds 2
     all(&mut p, &words);
     assert_eq!(offset(&mut p), before, "a denial or a peek was replicated");
-}
-
-#[test]
-fn leases_are_given_up_to_the_limit_and_come_back_when_released() {
-    let server = Server::start(&[]);
-    let mut con = server.connect();
-    let (first, a) = acquire(&mut con, &["conc", "2", "30s"]);
-    let a = a.expect("an id");
-    assert_eq!(&first[..4], &[1, 2, 1, 0]);
-    assert_eq!(a.len(), 32, "a drawn id is 32 hex characters: {a}");
-    assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
-    let (second, b) = acquire(&mut con, &["conc", "2", "30s", "ID", "worker-7"]);
-    assert_eq!(b.as_deref(), Some("worker-7"));
-    assert_eq!(&second[..3], &[1, 2, 0]);
-    let (third, none) = acquire(&mut con, &["conc", "2", "30s"]);
-    assert_eq!(none, None, "a refused acquire has no id");
-    assert_eq!(&third[..3], &[0, 2, 0]);
-    assert!(
-        (29_000..=30_000).contains(&third[3]),
-        "retry after the first lease ends: {third:?}"
-    );
-    assert_eq!(release(&mut con, "conc", &a), 1);
-    assert_eq!(release(&mut con, "conc", &a), 0, "released twice");
-    assert_eq!(release(&mut con, "conc", "never-held"), 0);
-    assert_eq!(release(&mut con, "nokey", "x"), 0);
-    assert_eq!(acquire(&mut con, &["conc", "2", "30s"]).0[0], 1);
-}
-
-#[test]
-fn drawn_lease_ids_do_not_repeat() {
-    let server = Server::start(&[]);
-    let mut con = server.connect();
-    let mut seen = std::collections::HashSet::new();
-    for _ in 0..500 {
-        let id = acquire(&mut con, &["many", "1000", "1m"]).1.unwrap();
-        assert!(seen.insert(id), "an id was drawn twice");
-    }
-}
-
-#[test]
-fn a_crashed_clients_lease_ends_by_itself_and_the_key_expires_with_the_last_lease() {
-    // No expiry slack: the key goes the moment its last lease ends.
-    let server = Server::start(&["--ratelimit.expiry-slack", "0"]);
-    let mut con = server.connect();
-    acquire(&mut con, &["short", "1", "300ms", "ID", "crashed"]);
-    assert_eq!(acquire(&mut con, &["short", "1", "300ms"]).0[0], 0);
-    let ttl = pttl(&mut con, "short");
-    assert!((1..=300).contains(&ttl), "TTL is the lease's end: {ttl}");
-    sleep(Duration::from_millis(350));
-    assert!(
-        !exists(&mut con, "short"),
-        "the key outlived its last lease"
-    );
-    let (again, _) = acquire(&mut con, &["short", "1", "300ms"]);
-    assert_eq!(again[0], 1);
-}
-
-#[test]
-fn releasing_the_last_lease_deletes_the_key_and_the_replica_follows() {
-    let primary = Server::start(&[]);
-    let replica = Server::start_replica_of(&primary);
-    let mut p = primary.connect();
-    let mut r = replica.connect();
-    acquire(&mut p, &["rel", "3", "1m", "ID", "a"]);
-    acquire(&mut p, &["rel", "3", "1m", "ID", "b"]);
-    acquire(&mut p, &["rel", "3", "1m"]);
-    release(&mut p, "rel", "b");
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut p).unwrap();
-    assert_eq!(acked, 1);
-    assert_eq!(digest_value(&mut p, "rel"), digest_value(&mut r, "rel"));
-    let held = info(&mut r, "rel").unwrap();
-    assert_eq!(int(&held, "remaining"), 1);
-    release(&mut p, "rel", "a");
-    let ids: Vec<Vec<Value>> =
-        redis::from_redis_value(info(&mut p, "rel").unwrap()["leases"].clone()).unwrap();
-    let last: String = redis::from_redis_value(ids[0][0].clone()).unwrap();
-    release(&mut p, "rel", &last);
-    assert!(!exists(&mut p, "rel"));
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut p).unwrap();
-    assert_eq!(acked, 1);
-    assert!(!exists(&mut r, "rel"), "the replica kept the key");
-}
-
-#[test]
-fn acquire_and_release_refuse_bad_input() {
-    let server = Server::start(&[]);
-    let mut con = server.connect();
-    run(&mut con, &["SET", "str", "x"]).unwrap();
-    check(&mut con, &["RL.TOKENBUCKET", "tb", "1", "1"]);
-    let long_id = "x".repeat(65);
-    let cases: &[(&[&str], &str)] = &[
-        (&["RL.ACQUIRE", "k", "1"], "ERR wrong number of arguments for 'rl.acquire' command"),
-        (&["RL.ACQUIRE", "k", "0", "1s"], "ERR limit must be an integer from 1 to 9007199254740991"),
-        (&["RL.ACQUIRE", "k", "1", "0"], "ERR lease must be a duration from 1ms to 366d: a number with an optional unit ms, s, m, h or d (seconds if none)"),
-        (&["RL.ACQUIRE", "k", "1", "1s", "ID"], "ERR syntax error: ID needs a value"),
-        (&["RL.ACQUIRE", "k", "1", "1s", "ID", ""], "ERR id must be 1 to 64 bytes"),
-        (&["RL.ACQUIRE", "k", "1", "1s", "ID", &long_id], "ERR id must be 1 to 64 bytes"),
-        (&["RL.ACQUIRE", "k", "1", "1s", "ID", "a", "ID", "b"], "ERR syntax error: ID given more than once"),
-        (&["RL.ACQUIRE", "k", "1", "1s", "COST", "1"], "ERR syntax error: unknown option 'COST'"),
-        (&["RL.ACQUIRE", "str", "1", "1s"], "WRONGTYPE Operation against a key holding the wrong kind of value"),
-        (&["RL.ACQUIRE", "tb", "1", "1s"], "WRONGTYPE Operation against a key holding the wrong kind of value"),
-        (&["RL.RELEASE", "k"], "ERR wrong number of arguments for 'rl.release' command"),
-        (&["RL.RELEASE", "k", "a", "b"], "ERR wrong number of arguments for 'rl.release' command"),
-        (&["RL.RELEASE", "str", "a"], "WRONGTYPE Operation against a key holding the wrong kind of value"),
-        (&["RL.RELEASE", "k", &long_id], "ERR id must be 1 to 64 bytes"),
-        (&["RL.TOKENBUCKET", "lease", "1", "1"], "WRONGTYPE Operation against a key holding the wrong kind of value"),
-        (&["RL.INFO"], "ERR wrong number of arguments for 'rl.info' command"),
-        (&["RL.INFO", "a", "b"], "ERR wrong number of arguments for 'rl.info' command"),
-        (&["RL.INFO", "str"], "WRONGTYPE Operation against a key holding the wrong kind of value"),
-    ];
-    acquire(&mut con, &["lease", "1", "1m"]);
-    for (words, expected) in cases {
-        assert_eq!(error_of(&mut con, words), *expected, "{words:?}");
-    }
-    assert!(!exists(&mut con, "k"));
-}
-
-#[test]
-fn info_tells_the_algorithm_its_parameters_state_and_ttl() {
-    let server = Server::start(&[]);
-    let mut con = server.connect();
-    assert_eq!(info(&mut con, "missing"), None);
-    check(
-        &mut con,
-        &["RL.TOKENBUCKET", "tb", "10", "0.5", "COST", "3"],
-    );
-    let tb = info(&mut con, "tb").unwrap();
-    assert_eq!(text(&tb, "algorithm"), "tokenbucket");
-    assert_eq!(int(&tb, "capacity"), 10);
-    let rate: f64 = redis::from_redis_value(tb["rate_per_s"].clone()).unwrap();
-    assert_eq!(rate, 0.5);
-    assert_eq!(int(&tb, "remaining"), 7);
-    let ttl = int(&tb, "ttl_ms");
-    assert!((1..=7000).contains(&ttl), "{ttl}");
-    // Every algorithm answers with its name, its parameters as last used and
-    // what a request would be told now.
-    type Case<'a> = (&'a [&'a str], &'a str, &'a [(&'a str, i64)]);
-    let cases: &[Case] = &[
-        (
-            &["RL.SLIDINGCOUNTER", "sc", "5", "10s", "PRECISION", "4"],
-            "slidingcounter",
-            &[
-                ("limit", 5),
-                ("window_ms", 10_000),
-                ("precision", 4),
-                ("remaining", 4),
-            ],
-        ),
-        (
-            &["RL.FIXEDWINDOW", "fw", "5", "1m"],
-            "fixedwindow",
-            &[
-                ("limit", 5),
-                ("window_ms", 60_000),
-                ("count", 1),
-                ("remaining", 4),
-            ],
-        ),
-        (
-            &["RL.SLIDINGLOG", "sl", "5", "1h"],
-            "slidinglog",
-            &[
-                ("limit", 5),
-                ("window_ms", 3_600_000),
-                ("count", 1),
-                ("entries", 1),
-                ("remaining", 4),
-            ],
-        ),
-        (
-            &["RL.LEAKYBUCKET", "lb", "5", "1"],
-            "leakybucket",
-            &[("capacity", 5), ("remaining", 4)],
-        ),
-        (
-            &["RL.GCRA", "gc", "4", "1", "60"],
-            "gcra",
-            &[
-                ("burst", 4),
-                ("count", 1),
-                ("period_ms", 60_000),
-                ("remaining", 4),
-            ],
-        ),
-    ];
-    for (words, name, fields) in cases {
-        check(&mut con, words);
-        let map = info(&mut con, words[1]).unwrap();
-        assert_eq!(text(&map, "algorithm"), *name);
-        for (field, value) in *fields {
-            assert_eq!(int(&map, field), *value, "{name} {field}");
-        }
-        assert!(int(&map, "ttl_ms") > 0);
-    }
-    // And every algorithm of the registry: its name, each parameter as given
-    // (under its name, a unit appended), what remains and its TTL.
-    for spec in every_algorithm(5, 3_600_000) {
-        let key = format!("info:{}", spec.name);
-        check(&mut con, &spec.words(&key, &[]));
-        let map = info(&mut con, &key).unwrap();
-        assert_eq!(text(&map, "algorithm"), spec.name);
-        for (name, word) in spec.param_names.iter().zip(&spec.params) {
-            let (field, value) = [
-                name.to_string(),
-                format!("{name}_ms"),
-                format!("{name}_per_s"),
-            ]
-            .into_iter()
-            .find_map(|field| map.get(&field).map(|value| (field, value)))
-            .unwrap_or_else(|| panic!("{}: RL.INFO does not show {name}: {map:?}", spec.name));
-            let shown: f64 = redis::from_redis_value(value.clone()).unwrap();
-            let given: f64 = word.trim_end_matches("ms").parse().unwrap();
-            assert_eq!(shown, given, "{} {field}", spec.name);
-        }
-        assert_eq!(int(&map, "remaining"), 4, "{}", spec.name);
-        assert!(int(&map, "ttl_ms") > 0, "{}", spec.name);
-    }
-    acquire(&mut con, &["conc", "4", "1m", "ID", "w1"]);
-    let conc = info(&mut con, "conc").unwrap();
-    assert_eq!(text(&conc, "algorithm"), "concurrency");
-    assert_eq!(int(&conc, "limit"), 4);
-    assert_eq!(int(&conc, "lease_ms"), 60_000);
-    assert_eq!(int(&conc, "remaining"), 3);
-}
-
-#[test]
-fn info_is_a_map_under_resp3() {
-    let server = Server::start(&[]);
-    let mut con = server.connect();
-    run(&mut con, &["HELLO", "3"]).unwrap();
-    check(&mut con, &["RL.FIXEDWINDOW", "fw", "5", "1m"]);
-    match run(&mut con, &["RL.INFO", "fw"]).unwrap() {
-        Value::Map(pairs) => assert!(pairs.len() >= 6, "{pairs:?}"),
-        other => panic!("expected a map, got {other:?}"),
-    }
-}
-
-#[test]
-fn leases_survive_reload_and_aof_rewrite() {
-    let mut server = Server::start(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
-    let mut con = server.connect();
-    for id in ["a", "b", "c"] {
-        acquire(&mut con, &["conc", "5", "1h", "ID", id]);
-    }
-    acquire(&mut con, &["conc", "5", "1h"]);
-    release(&mut con, "conc", "b");
-    let before = digest_value(&mut con, "conc");
-    run(&mut con, &["DEBUG", "RELOAD"]).unwrap();
-    assert_eq!(digest_value(&mut con, "conc"), before, "RDB round trip");
-    run(&mut con, &["BGREWRITEAOF"]).unwrap();
-    common::wait_for("the AOF rewrite", Duration::from_secs(10), || {
-        common::info_field(&mut con, "persistence", "aof_rewrite_in_progress") == "0"
-            && common::info_field(&mut con, "persistence", "aof_rewrite_scheduled") == "0"
-    });
-    drop(con);
-    server.shutdown_nosave();
-    server.launch();
-    let mut con = server.connect();
-    assert_eq!(digest_value(&mut con, "conc"), before, "AOF replay");
-    let held = info(&mut con, "conc").unwrap();
-    assert_eq!(int(&held, "remaining"), 2);
-}
-
-#[test]
-fn memory_of_a_lease_key_holding_ten_leases() {
-    let server = Server::start(&[]);
-    let mut con = server.connect();
-    for i in 0..10 {
-        acquire(
-            &mut con,
-            &["l10", "10", "1h", "ID", &format!("worker-{i:02}")],
-        );
-    }
-    acquire(&mut con, &["drawn", "10", "1h"]);
-    for _ in 1..10 {
-        acquire(&mut con, &["drawn", "10", "1h"]);
-    }
-    let named: i64 = redis::cmd("MEMORY")
-        .arg("USAGE")
-        .arg("l10")
-        .query(&mut con)
-        .unwrap();
-    let drawn: i64 = redis::cmd("MEMORY")
-        .arg("USAGE")
-        .arg("drawn")
-        .query(&mut con)
-        .unwrap();
-    println!("MEMORY USAGE, 10 leases: 9-byte ids {named} B, drawn 32-char ids {drawn} B");
-    assert!(named < drawn, "longer ids take more room");
-    assert!(drawn <= 1024, "{drawn} B for 10 leases");
 }

@@ -1,0 +1,126 @@
+//! Not an API of this crate: the Redis layer's key types, made reachable
+//! from outside (hidden from the docs) so that these examples can show, as
+//! compile-fail tests run by `cargo test --doc`, that the key API cannot be
+//! misused. The Redis layer itself (`redis`) stays private.
+//!
+//! A key opened for reading or writing is `Key<'a, Read>` ([`ReadKey`]) or
+//! `Key<'a, Write>` ([`WriteKey`]). The examples only compile: a `Ctx` and a
+//! `KeyName` exist only inside a command the server runs.
+//!
+//! Used as meant, it compiles (each misuse below is one of these with a
+//! line moved: rustdoc checks the error code only on nightly, so these
+//! twins show that the misuses fail for the reason given, not for a typo):
+//!
+//! ```
+//! use redis_ratelimit::algorithms::token_bucket::{TokenBucket, TokenBucketParams};
+//! use redis_ratelimit::algorithms::{Algorithm, State};
+//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName};
+//!
+//! fn read_then_delete<'a>(ctx: Ctx<'a>, name: KeyName<'a>) -> Option<i64> {
+//!     let mut key = Key::write(ctx, name);
+//!     let state = key.get::<TokenBucket>();
+//!     let fresh_at_ms = state.map(State::fresh_at_ms);
+//!     key.delete();
+//!     fresh_at_ms
+//! }
+//!
+//! fn read_then_set<'a>(ctx: Ctx<'a>, name: KeyName<'a>) -> Option<i64> {
+//!     let mut key = Key::write(ctx, name);
+//!     let state = key.get::<TokenBucket>();
+//!     let fresh_at_ms = state.map(State::fresh_at_ms);
+//!     let params = TokenBucketParams { capacity: 1, rate_per_s: 1.0 };
+//!     let _ = key.set(TokenBucket::fresh(params, 0));
+//!     fresh_at_ms
+//! }
+//!
+//! fn change_then_delete<'a>(ctx: Ctx<'a>, name: KeyName<'a>) -> Option<i64> {
+//!     let mut key = Key::write(ctx, name);
+//!     let held = key.held::<TokenBucket>().ok().flatten();
+//!     let fresh_at_ms = held.map(|held| held.state.fresh_at_ms());
+//!     key.delete();
+//!     fresh_at_ms
+//! }
+//!
+//! fn read_only<'a>(ctx: Ctx<'a>, name: KeyName<'a>) -> Option<i64> {
+//!     let key = Key::read(ctx, name);
+//!     let held = key.held_ref::<TokenBucket>().ok().flatten();
+//!     held.map(|held| held.fresh_at_ms())
+//! }
+//! ```
+//!
+//! A state read from a key cannot be used after the key was deleted (the
+//! use-after-free of issue 29):
+//!
+//! ```compile_fail,E0502
+//! use redis_ratelimit::algorithms::token_bucket::TokenBucket;
+//! use redis_ratelimit::algorithms::State;
+//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName};
+//!
+//! fn misuse<'a>(ctx: Ctx<'a>, name: KeyName<'a>) -> Option<i64> {
+//!     let mut key = Key::write(ctx, name);
+//!     let state = key.get::<TokenBucket>();
+//!     key.delete();
+//!     state.map(State::fresh_at_ms)
+//! }
+//! ```
+//!
+//! nor after a new value was set in its place (which frees the old one):
+//!
+//! ```compile_fail,E0502
+//! use redis_ratelimit::algorithms::token_bucket::{TokenBucket, TokenBucketParams};
+//! use redis_ratelimit::algorithms::{Algorithm, State};
+//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName};
+//!
+//! fn misuse<'a>(ctx: Ctx<'a>, name: KeyName<'a>) -> Option<i64> {
+//!     let mut key = Key::write(ctx, name);
+//!     let state = key.get::<TokenBucket>();
+//!     let params = TokenBucketParams { capacity: 1, rate_per_s: 1.0 };
+//!     let _ = key.set(TokenBucket::fresh(params, 0));
+//!     state.map(State::fresh_at_ms)
+//! }
+//! ```
+//!
+//! nor a state lent to change in place after the key was deleted:
+//!
+//! ```compile_fail,E0499
+//! use redis_ratelimit::algorithms::token_bucket::TokenBucket;
+//! use redis_ratelimit::algorithms::State;
+//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName};
+//!
+//! fn misuse<'a>(ctx: Ctx<'a>, name: KeyName<'a>) -> Option<i64> {
+//!     let mut key = Key::write(ctx, name);
+//!     let held = key.held::<TokenBucket>().ok().flatten();
+//!     key.delete();
+//!     held.map(|held| held.state.fresh_at_ms())
+//! }
+//! ```
+//!
+//! A key opened for reading cannot be written, deleted or lent mutably:
+//!
+//! ```compile_fail,E0599
+//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName};
+//!
+//! fn misuse<'a>(ctx: Ctx<'a>, name: KeyName<'a>) {
+//!     let mut key = Key::read(ctx, name);
+//!     key.delete();
+//! }
+//! ```
+//!
+//! ```compile_fail,E0599
+//! use redis_ratelimit::algorithms::token_bucket::TokenBucket;
+//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName};
+//!
+//! fn misuse<'a>(ctx: Ctx<'a>, name: KeyName<'a>) {
+//!     let mut key = Key::read(ctx, name);
+//!     let _ = key.held::<TokenBucket>();
+//! }
+//! ```
+//!
+//! Not shown, because it is not so: two keys of the same name open for
+//! writing at once. Key names are run-time values, so types could only
+//! forbid two write keys open at once (a `&mut` token per command); the
+//! engine opens one key at a time, and `RL.ALL`'s parser refuses a key
+//! named twice.
+
+pub use crate::redis::ffi::{Ctx, KeyName};
+pub use crate::redis::key::{Key, Read, ReadKey, Write, WriteKey};
