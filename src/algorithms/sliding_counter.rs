@@ -221,8 +221,26 @@ impl SlidingCounter {
 }
 
 fn ticks_to_ms_ceil(ticks: i128, n: i128) -> i64 {
+    // In i64 when it fits (always, for times and windows in range): one
+    // machine division rather than a 128-bit division routine, on every
+    // check (the key's fresh moment and reset_after_ms come from here).
+    if let (Ok(ticks), Ok(n)) = (i64::try_from(ticks), i64::try_from(n)) {
+        if let Some(up) = ticks.checked_add(n - 1) {
+            return up.div_euclid(n).max(0);
+        }
+    }
     let ms = (ticks + n - 1).div_euclid(n);
     i64::try_from(ms.max(0)).unwrap_or(MAX_TIMESTAMP_MS)
+}
+
+/// `scaled / w` for a count scaled by a window of `w` ticks (both at least
+/// 0 and 1), in u64 when it fits (a limit times a window in ms nearly
+/// always does): no 128-bit division routine on every check.
+fn unscale(scaled: i128, w: i128) -> i128 {
+    match (u64::try_from(scaled), u64::try_from(w)) {
+        (Ok(scaled), Ok(w)) if w > 0 => i128::from(scaled / w),
+        _ => scaled / w,
+    }
 }
 
 impl Algorithm for SlidingCounter {
@@ -316,7 +334,7 @@ impl Algorithm for SlidingCounter {
             }
             used_after += i128::from(cost) * w;
         }
-        let remaining = (i128::from(limit) * w - used_after).max(0) / w;
+        let remaining = unscale((i128::from(limit) * w - used_after).max(0), w);
         Decision {
             allowed,
             limit,
