@@ -69,6 +69,10 @@ impl Command {
     }
 }
 
+/// The header's bytes before its optional fields: the command, `now_ms`,
+/// `expiry_slack_ms`.
+const FIXED_LEN: usize = 13;
+
 /// What a replay pins of the primary's run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
@@ -92,11 +96,12 @@ impl Header {
     /// The header's length in bytes.
     pub fn encoded_len(&self) -> usize {
         let id = self.drawn_id.as_deref().unwrap_or_default();
-        13 + if self.command == Command::Acquire {
-            1 + id.len()
-        } else {
-            0
-        }
+        FIXED_LEN
+            + if self.command == Command::Acquire {
+                1 + id.len()
+            } else {
+                0
+            }
     }
 
     /// Writes [`Header::glued_to`] into `out`, which must be exactly
@@ -104,10 +109,34 @@ impl Header {
     pub fn glue_into(&self, word: &[u8], out: &mut [u8]) {
         let id = self.drawn_id.as_deref().unwrap_or_default();
         let id_len = [id.len() as u8];
-        let parts: [&[u8]; 6] = [
-            &[self.command.code()],
-            &self.now_ms.to_le_bytes(),
-            &self.expiry_slack_ms.to_le_bytes(),
+        // The fields every header has, as one array of a size known when
+        // compiling: written with a few moves, not a copy call per field
+        // (this runs on every check that changed a key).
+        let now = self.now_ms.to_le_bytes();
+        let slack = self.expiry_slack_ms.to_le_bytes();
+        let fixed: [u8; FIXED_LEN] = [
+            self.command.code(),
+            now[0],
+            now[1],
+            now[2],
+            now[3],
+            now[4],
+            now[5],
+            now[6],
+            now[7],
+            slack[0],
+            slack[1],
+            slack[2],
+            slack[3],
+        ];
+        let mut rest = match out.split_first_chunk_mut::<FIXED_LEN>() {
+            Some((head, tail)) => {
+                *head = fixed;
+                tail
+            }
+            None => out,
+        };
+        let parts: [&[u8]; 3] = [
             if self.command == Command::Acquire {
                 &id_len
             } else {
@@ -116,7 +145,6 @@ impl Header {
             id,
             word,
         ];
-        let mut rest = out;
         for part in parts {
             let n = part.len().min(rest.len());
             let (head, tail) = std::mem::take(&mut rest).split_at_mut(n);

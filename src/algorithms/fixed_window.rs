@@ -68,7 +68,12 @@ pub struct FixedWindow {
 
 impl FixedWindow {
     fn window_of(&self, t_ms: i64) -> i128 {
-        i128::from(t_ms).div_euclid(i128::from(self.params.window_ms))
+        // In i64 (a window is at most 366 days): one machine division, not
+        // the 128-bit routine, on every check.
+        match i64::try_from(self.params.window_ms) {
+            Ok(window_ms) if window_ms > 0 => i128::from(t_ms.div_euclid(window_ms)),
+            _ => i128::from(t_ms).div_euclid(i128::from(self.params.window_ms)),
+        }
     }
 
     /// When the window of `t_ms` ends (the start of the next one).

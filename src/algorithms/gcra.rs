@@ -25,7 +25,9 @@
 //! `retry_after_ms` is allowed, one that waits a millisecond less is not.
 
 use super::schedule::{Pace, Schedule};
-use super::{Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, NS_PER_MS};
+use super::{
+    div_i128, Algorithm, Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, NS_PER_MS,
+};
 use crate::encoding::{put_u64, DecodeError, Reader};
 use crate::error::CommandError;
 use crate::words::syntax::{duration_word, Kind, Syntax, Word};
@@ -51,7 +53,7 @@ impl GcraParams {
     /// `T`: the nominal spacing of requests, in nanoseconds (at least 1).
     pub fn emission_interval_ns(&self) -> i128 {
         let period_ns = i128::from(self.period_ms).saturating_mul(NS_PER_MS);
-        (period_ns / i128::from(self.count.max(1))).max(1)
+        div_i128(period_ns, i128::from(self.count.max(1))).max(1)
     }
 
     /// The schedule of these parameters: one request per `T`, `limit` at

@@ -332,8 +332,25 @@ pub(crate) fn ms_to_ns(ms: i64) -> i128 {
     i128::from(ms) * NS_PER_MS
 }
 
+/// `a / b`, truncated as `/` truncates, in 64 bits when both fit (nearly
+/// always: times in ns until the year 2262, intervals, counts): one machine
+/// division rather than the 128-bit division routine, on every check of the
+/// algorithms that count in nanoseconds.
+pub(crate) fn div_i128(a: i128, b: i128) -> i128 {
+    match (i64::try_from(a), i64::try_from(b)) {
+        (Ok(a), Ok(b)) if b != 0 && !(a == i64::MIN && b == -1) => i128::from(a / b),
+        _ => a / b,
+    }
+}
+
 /// Nanoseconds to milliseconds, rounded up, within `0..=MAX_TIMESTAMP_MS`.
 pub(crate) fn ns_to_ms_ceil(ns: i128) -> i64 {
+    // In 64 bits when it fits (see `div_i128`).
+    if let Ok(ns) = i64::try_from(ns) {
+        let per_ms = NS_PER_MS as i64;
+        let ms = ns.div_euclid(per_ms) + i64::from(ns.rem_euclid(per_ms) > 0);
+        return ms.clamp(0, MAX_TIMESTAMP_MS);
+    }
     let ms = ns.div_euclid(NS_PER_MS) + i128::from(ns.rem_euclid(NS_PER_MS) > 0);
     i64::try_from(ms.clamp(0, i128::from(MAX_TIMESTAMP_MS))).unwrap_or(MAX_TIMESTAMP_MS)
 }
@@ -354,6 +371,40 @@ pub(crate) fn ceil_ms(seconds: f64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Values on both sides of the 64-bit fast paths' edges.
+    fn wide_values() -> Vec<i128> {
+        let mut values = vec![
+            0, 1, -1, 999_999, 1_000_000, 1_000_001, -999_999, -1_000_001,
+        ];
+        for edge in [i128::from(i64::MAX), i128::from(i64::MIN)] {
+            values.extend([edge - 1, edge, edge + 1]);
+        }
+        values.extend([i128::MAX, i128::MIN + 1, 1_700_000_000_123_456_789]);
+        values
+    }
+
+    #[test]
+    fn a_division_in_64_bits_gives_what_the_128_bit_one_gives() {
+        for a in wide_values() {
+            for b in wide_values().into_iter().filter(|&b| b != 0) {
+                if a == i128::MIN + 1 && b == -1 {
+                    continue;
+                }
+                assert_eq!(div_i128(a, b), a / b, "{a} / {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn nanoseconds_round_up_to_milliseconds_alike_on_both_paths() {
+        for ns in wide_values() {
+            let ms = ns.div_euclid(NS_PER_MS) + i128::from(ns.rem_euclid(NS_PER_MS) > 0);
+            let expected = i64::try_from(ms.clamp(0, i128::from(MAX_TIMESTAMP_MS)))
+                .unwrap_or(MAX_TIMESTAMP_MS);
+            assert_eq!(ns_to_ms_ceil(ns), expected, "{ns}");
+        }
+    }
 
     fn decision(allowed: bool, limit: u64, remaining: u64, retry: i64, reset: i64) -> Decision {
         Decision {

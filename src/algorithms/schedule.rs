@@ -13,7 +13,7 @@
 //! Arithmetic is exact: integer nanoseconds in `i128`. Replies round up to
 //! whole milliseconds, so a caller that waits what it is told is never early.
 
-use super::{ms_to_ns, ns_to_ms_ceil, Decision, Mode};
+use super::{div_i128, ms_to_ns, ns_to_ms_ceil, Decision, Mode};
 use crate::encoding::{ensure, put_i64, DecodeError, Reader};
 
 /// How fast a schedule pays off, and how far ahead it may run.
@@ -99,7 +99,10 @@ impl Schedule {
         if allowed && mode == Mode::Take {
             self.due_ns = new_due;
         }
-        let room = span.saturating_sub(self.due_ns.saturating_sub(now)).max(0) / interval;
+        let room = div_i128(
+            span.saturating_sub(self.due_ns.saturating_sub(now)).max(0),
+            interval,
+        );
         let decision = Decision {
             allowed,
             limit: pace.limit,

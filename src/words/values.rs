@@ -316,21 +316,31 @@ pub fn duration_ms(arg: &[u8], name: &str) -> Result<u64, CommandError> {
     };
     // Unit suffixes in any case, read in place (no lower-cased copy: a
     // window is parsed on every check).
-    let (number, unit_ms) = match arg {
-        [n @ .., m, s] if m.eq_ignore_ascii_case(&b'm') && s.eq_ignore_ascii_case(&b's') => {
-            (n, 1.0)
-        }
+    let (number, unit_ms): (&[u8], u64) = match arg {
+        [n @ .., m, s] if m.eq_ignore_ascii_case(&b'm') && s.eq_ignore_ascii_case(&b's') => (n, 1),
         [n @ .., unit] => match unit.to_ascii_lowercase() {
-            b's' => (n, 1000.0),
-            b'm' => (n, 60_000.0),
-            b'h' => (n, 3_600_000.0),
-            b'd' => (n, 86_400_000.0),
-            _ => (arg, 1000.0),
+            b's' => (n, 1000),
+            b'm' => (n, 60_000),
+            b'h' => (n, 3_600_000),
+            b'd' => (n, 86_400_000),
+            _ => (arg, 1000),
         },
-        [] => (arg, 1000.0),
+        [] => (arg, 1000),
     };
+    // Plain digits (`60`, `1h`, `500ms`), in integers: the same value the
+    // decimal reading below gives them (it is exact for whole numbers of
+    // up to 15 digits), without a double's division and rounding.
+    if (1..=15).contains(&number.len()) && number.iter().all(u8::is_ascii_digit) {
+        let value = number
+            .iter()
+            .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'));
+        return match value.checked_mul(unit_ms) {
+            Some(ms) if (1..=MAX_DURATION_MS).contains(&ms) => Ok(ms),
+            _ => Err(err()),
+        };
+    }
     let ms = match self::number(number) {
-        Ok(value) => value * unit_ms,
+        Ok(value) => value * unit_ms as f64,
         Err(NotANumber::NotFinite) => return Err(not_finite(name, number)),
         Err(NotANumber::Malformed) => return Err(err()),
     };
@@ -501,6 +511,39 @@ mod tests {
         let smallest = format!("0.{}22250738585072014", "0".repeat(307));
         assert_eq!(rate(smallest.as_bytes(), "rate"), Ok(f64::MIN_POSITIVE));
     }
+    #[test]
+    fn a_duration_in_plain_digits_reads_as_its_decimal_form_does() {
+        // Plain digits take a path of their own (integers); the same value
+        // written with a fraction takes the decimal one: both must agree,
+        // on values, on the range's edges and beyond them.
+        for digits in [
+            "0",
+            "1",
+            "7",
+            "60",
+            "999",
+            "31622400",
+            "31622401",
+            "527040",
+            "8784",
+            "366",
+            "367",
+            "000000000000001",
+            "999999999999999",
+            "9999999999999999",
+        ] {
+            for unit in ["", "ms", "s", "m", "h", "d", "MS", "H"] {
+                let plain = format!("{digits}{unit}");
+                let decimal = format!("{digits}.0{unit}");
+                assert_eq!(
+                    text(duration_ms(plain.as_bytes(), "window")),
+                    text(duration_ms(decimal.as_bytes(), "window")),
+                    "{plain}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn durations_take_units_and_default_to_seconds() {
         for (arg, ms) in [

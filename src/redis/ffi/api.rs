@@ -96,6 +96,7 @@ required!(
     RedisModule_CreateString,
     RedisModule_FreeString,
     RedisModule_GetContextFlags,
+    RedisModule_GetUsedMemoryRatio,
     RedisModule_BlockClient,
     RedisModule_UnblockClient,
     RedisModule_GetBlockedClientPrivateData,

@@ -88,7 +88,10 @@ impl<'a> Args<'a> {
         unsafe { std::ptr::replace(self.argv.add(i), new) }
     }
 
-    /// The bytes of every argument from `from` on.
+    /// The bytes of every argument from `from` on. Inlined, so that the
+    /// words are made in the caller's frame rather than copied there (a
+    /// check parses its words on every call).
+    #[inline(always)]
     pub fn bytes_from(&self, from: usize) -> Words<'a> {
         let mut words = Words {
             inline: [&[]; INLINE_WORDS],

@@ -100,6 +100,15 @@ impl<'a> Ctx<'a> {
 
     /// Whether Redis says it is out of memory (over `maxmemory`) now.
     pub fn out_of_memory(self) -> bool {
+        // Redis flags OOM when the memory it counts exceeds `maxmemory`,
+        // that is when this share (0 without a `maxmemory`) exceeds 1. Read
+        // first, it costs a quarter of the context's flags (which compute a
+        // dozen other things): well below 1 it cannot be OOM, whatever a
+        // float's rounding, so the flags are asked only near the limit.
+        // SAFETY: takes no arguments, reads the server's memory figures.
+        if unsafe { rm!(RedisModule_GetUsedMemoryRatio)() } < 0.99 {
+            return false;
+        }
         self.flags() & raw::REDISMODULE_CTX_FLAGS_OOM as c_int != 0
     }
 
