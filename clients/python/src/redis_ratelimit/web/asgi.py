@@ -20,6 +20,7 @@ from .core import (
     UNREACHABLE,
     UNUSABLE,
     Limits,
+    Pending,
     Request,
     Response,
     Rule,
@@ -62,6 +63,18 @@ async def decide_async(
 ) -> Verdict:
     """`core.decide`, awaiting Redis."""
     pending = rule.start(request, cluster=cluster, scope=scope)
+    if isinstance(pending, Pending) and pending.reads:
+        try:
+            answers = [await guard.run(command) for command in pending.reads]
+        except REFUSED_CREDENTIALS as error:
+            rule.refused(error)
+            raise
+        except UNREACHABLE as error:
+            return rule.unreachable(error)
+        except UNUSABLE as error:
+            return rule.unusable(error)
+        rule.learn(pending.reads, answers)
+        pending = rule.start(request, cluster=cluster, scope=scope, read=False)
     if isinstance(pending, Verdict):
         return pending
     decisions = []
