@@ -7,6 +7,7 @@ mod all;
 mod apply;
 mod check;
 mod leases;
+mod policy;
 mod refund;
 mod state;
 mod top;
@@ -343,7 +344,56 @@ pub fn table() -> Vec<Command> {
         },
     ]);
     table.push(top::command());
+    table.extend(policy_commands());
     table
+}
+
+/// `RL.POLICY` and `RL.CHECK`.
+fn policy_commands() -> [Command; 2] {
+    [
+        // No key: a policy is module state, not data (like FUNCTION
+        // libraries). may-replicate: its changes are propagated (and so
+        // paused by CLIENT PAUSE WRITE), while a replica still answers
+        // GET, LIST, HISTORY and DIGEST.
+        Command {
+            name: CString::from(c"rl.policy"),
+            handler: policy::policy_command,
+            flags: c"may-replicate",
+            keys: (0, 0, 0),
+            doc: Doc {
+                summary: "Named policies: SET name <tier> [<tier> ...] [PENALTY duration] [SHADOW] [ON-CHANGE KEEP|SCALE|RESET] [DRYRUN] defines one (a tier as RL.ALL takes a spec) and replies its version; GET name, LIST, DEL name, HISTORY name (the last 5 versions), ROLLBACK name version (that version current again, as a new version), DIGEST (a hex digest of every policy, equal on nodes holding the same). Held in module memory: not keys, FLUSHALL keeps them; saved in the RDB, propagated to replicas and the AOF.",
+                since: FIRST_RELEASE,
+                complexity: "O(N) where N is the size of the definitions read or written (LIST and DIGEST: of all policies)",
+                keys: super::command_info::NO_KEYS,
+                args: vec![
+                    string("subcommand", "SET, GET, LIST, DEL, HISTORY, ROLLBACK or DIGEST."),
+                    string("arg", "The subcommand's arguments: a policy name (1 to 128 printable ASCII characters, no spaces), then SET's definition or ROLLBACK's version.").optional().multiple(),
+                ],
+            },
+        },
+        Command {
+            name: CString::from(c"rl.check"),
+            handler: policy::check_command,
+            flags: c"write getkeys-api",
+            keys: (0, 0, 0),
+            doc: Doc {
+                summary: "Checks keys against a named policy (RL.POLICY): one key per tier of the policy, answered exactly as the inline command with the policy's parameters (one tier: that algorithm's command; several: RL.ALL), the policy's PENALTY and SHADOW applied. An unknown policy is an error naming it, never an allow.",
+                since: FIRST_RELEASE,
+                complexity: "The complexity of the inline command it stands for",
+                keys: KeySpec {
+                    position: KeyPosition::AfterPolicyName,
+                    flags: RW | ACCESS | UPDATE,
+                },
+                args: vec![
+                    string("policy", "The policy's name."),
+                    key("One key per tier of the policy, in the order of its tiers.").multiple(),
+                    COST,
+                    PEEK,
+                    BLOCK,
+                ],
+            },
+        },
+    ]
 }
 
 /// `RL.ALL`'s spec argument, naming every algorithm of the registry.

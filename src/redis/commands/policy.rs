@@ -1,0 +1,366 @@
+//! Named policies: `RL.POLICY SET|GET|LIST|DEL|HISTORY|ROLLBACK|DIGEST`
+//! over the module's store (`crate::policies`), its internal `LOAD` (how
+//! replicas and AOF files receive a change), and `RL.CHECK policy key
+//! [key ...] [COST n] [PEEK] [BLOCK ms]`, which checks the keys as the
+//! inline command with the policy's parameters would: the same request,
+//! decided, waiting, replicated and answered by the same code, so its
+//! replies and its replays are the inline command's.
+
+use std::sync::Arc;
+
+use super::super::ffi::args::OwnedArgs;
+use super::super::ffi::{command, writes_paused, Args, Ctx, KeyName, Status};
+use super::super::replicate::Run;
+use super::super::request::Request;
+use super::super::respond::respond;
+use crate::error::{shown, CommandError};
+use crate::parse::policy::{check_request_options, definition, name, version, Definition};
+use crate::parse::{AllArgs, CheckOptions};
+use crate::policies::{store, Changed};
+use crate::replay::Command;
+
+command! {
+    /// `RL.POLICY <subcommand> ...`.
+    pub fn policy_command => policy_reply;
+}
+
+fn policy_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
+    let words = args.bytes_from(1);
+    let Some((sub, rest)) = words.split_first() else {
+        return ctx.reply_error(&CommandError::Arity);
+    };
+    let sub = sub.to_ascii_uppercase();
+    let result = match &sub[..] {
+        b"SET" => changing(ctx).and_then(|()| set(ctx, rest)),
+        b"DEL" => changing(ctx).and_then(|()| del(ctx, args, rest)),
+        b"ROLLBACK" => changing(ctx).and_then(|()| rollback(ctx, rest)),
+        b"LOAD" => load(ctx, args, rest),
+        b"GET" => get(ctx, rest),
+        b"LIST" => list(ctx, rest),
+        b"HISTORY" => history(ctx, rest),
+        b"DIGEST" => match rest {
+            [] => Ok(ctx.reply_bytes(store().digest().as_bytes())),
+            _ => Err(CommandError::Arity),
+        },
+        _ => Err(CommandError::syntax(&format!(
+            "unknown subcommand '{}' (expected SET, GET, LIST, DEL, HISTORY, ROLLBACK or DIGEST)",
+            shown(&sub)
+        ))),
+    };
+    match result {
+        Ok(status) => status,
+        Err(error) => ctx.reply_error(&error),
+    }
+}
+
+/// A change from a client: refused on a replica (its policies are its
+/// primary's), and while writes are paused (a change is propagated, which
+/// Redis forbids then).
+fn changing(ctx: Ctx<'_>) -> Result<(), CommandError> {
+    if ctx.sent_by_primary_or_aof() {
+        return Ok(());
+    }
+    if ctx.is_replica() {
+        return Err(CommandError::Reply(
+            "READONLY You can't write against a read only replica.".into(),
+        ));
+    }
+    if writes_paused() {
+        return Err(CommandError::Reply(
+            "ERR writes are paused (CLIENT PAUSE): try the policy change again after the pause"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+fn one_name<'a>(rest: &[&'a [u8]]) -> Result<&'a [u8], CommandError> {
+    match rest {
+        [policy] => name(policy),
+        _ => Err(CommandError::Arity),
+    }
+}
+
+/// `SET name <definition> [DRYRUN]`: replies the version after the call.
+fn set(ctx: Ctx<'_>, rest: &[&[u8]]) -> Result<Status, CommandError> {
+    let [policy, words @ ..] = rest else {
+        return Err(CommandError::Arity);
+    };
+    let policy = name(policy)?;
+    let (definition, dryrun) = definition(words)?;
+    let mut store = store();
+    if dryrun {
+        return Ok(ctx.reply_integer(store.would_be(policy, &definition).version() as i64));
+    }
+    let changed = store.set(policy, definition);
+    if let Changed::To(version) = changed {
+        if let Some(current) = store.get(policy).and_then(|p| p.current()) {
+            propagate_load(ctx, policy, version, &current.words);
+        }
+    }
+    Ok(ctx.reply_integer(changed.version() as i64))
+}
+
+/// `ROLLBACK name version`: that kept version's definition, current again
+/// as a new version.
+fn rollback(ctx: Ctx<'_>, rest: &[&[u8]]) -> Result<Status, CommandError> {
+    let [policy, wanted] = rest else {
+        return Err(CommandError::Arity);
+    };
+    let policy = name(policy)?;
+    let wanted = version(wanted)?;
+    let mut store = store();
+    let Some(current) = store.get(policy).map(|p| p.version()) else {
+        return Err(no_policy(policy));
+    };
+    let Some(definition) = store.kept(policy, wanted) else {
+        return Err(CommandError::Reply(
+            format!(
+                "ERR policy '{}' keeps no version {wanted} (see RL.POLICY HISTORY)",
+                shown(policy)
+            )
+            .into(),
+        ));
+    };
+    let version = current + 1;
+    store.load(policy, version, definition);
+    if let Some(current) = store.get(policy).and_then(|p| p.current()) {
+        propagate_load(ctx, policy, version, &current.words);
+    }
+    Ok(ctx.reply_integer(version as i64))
+}
+
+/// `DEL name`: 1 if it was there.
+fn del(ctx: Ctx<'_>, _args: &Args<'_>, rest: &[&[u8]]) -> Result<Status, CommandError> {
+    let policy = one_name(rest)?;
+    let deleted = store().delete(policy);
+    if deleted {
+        ctx.replicate_verbatim();
+    }
+    Ok(ctx.reply_integer(i64::from(deleted)))
+}
+
+/// `LOAD name version <definition>`: a change as the primary made it (a
+/// replica's, an AOF file's). A version the policy holds already as its
+/// current one with that definition is not loaded twice.
+fn load(ctx: Ctx<'_>, _args: &Args<'_>, rest: &[&[u8]]) -> Result<Status, CommandError> {
+    if !ctx.sent_by_primary_or_aof() {
+        return Err(CommandError::internal_command());
+    }
+    let [policy, at, words @ ..] = rest else {
+        return Err(CommandError::Arity);
+    };
+    let policy = name(policy)?;
+    let at = version(at)?;
+    let (definition, _) = definition(words)?;
+    let mut store = store();
+    let held = store
+        .get(policy)
+        .and_then(|p| p.current())
+        .is_some_and(|c| c.version == at && *c.definition == definition);
+    if !held {
+        store.load(policy, at, definition);
+    }
+    ctx.replicate_verbatim();
+    Ok(ctx.reply_ok())
+}
+
+/// Propagates a change as its effect: `RL.POLICY LOAD name version words`.
+fn propagate_load(ctx: Ctx<'_>, policy: &[u8], version: u64, words: &[Vec<u8>]) {
+    let version = version.to_string();
+    let head: [&[u8]; 3] = [b"LOAD", policy, version.as_bytes()];
+    let words = head.into_iter().chain(words.iter().map(Vec::as_slice));
+    super::super::ffi::replicate::replicate_words(ctx, c"RL.POLICY", words);
+}
+
+/// `GET name`: [name, version, [definition words]], nil if none.
+fn get(ctx: Ctx<'_>, rest: &[&[u8]]) -> Result<Status, CommandError> {
+    let policy = one_name(rest)?;
+    let store = store();
+    let Some(current) = store.get(policy).and_then(|p| p.current()) else {
+        return Ok(ctx.reply_null());
+    };
+    ctx.reply_array(3);
+    ctx.reply_bytes(policy);
+    ctx.reply_integer(current.version as i64);
+    reply_words(ctx, &current.words);
+    Ok(Status)
+}
+
+fn reply_words(ctx: Ctx<'_>, words: &[Vec<u8>]) {
+    ctx.reply_array(words.len());
+    for word in words {
+        ctx.reply_bytes(word);
+    }
+}
+
+/// `LIST`: [[name, version], ...] sorted by name.
+fn list(ctx: Ctx<'_>, rest: &[&[u8]]) -> Result<Status, CommandError> {
+    if !rest.is_empty() {
+        return Err(CommandError::Arity);
+    }
+    let store = store();
+    ctx.reply_array(store.len());
+    for (policy, held) in store.iter() {
+        ctx.reply_array(2);
+        ctx.reply_bytes(policy);
+        ctx.reply_integer(held.version() as i64);
+    }
+    Ok(Status)
+}
+
+/// `HISTORY name`: the kept versions, newest first, each [version, words].
+fn history(ctx: Ctx<'_>, rest: &[&[u8]]) -> Result<Status, CommandError> {
+    let policy = one_name(rest)?;
+    let store = store();
+    let Some(held) = store.get(policy) else {
+        return Ok(ctx.reply_null());
+    };
+    let kept: Vec<_> = held.history().collect();
+    ctx.reply_array(kept.len());
+    for version in kept {
+        ctx.reply_array(2);
+        ctx.reply_integer(version.version as i64);
+        reply_words(ctx, &version.words);
+    }
+    Ok(Status)
+}
+
+fn no_policy(policy: &[u8]) -> CommandError {
+    CommandError::Reply(format!("ERR no policy '{}'", shown(policy)).into())
+}
+
+command! {
+    /// `RL.CHECK policy key [key ...] [COST n] [PEEK] [BLOCK ms]`.
+    pub fn check_command => check_reply;
+}
+
+/// The number of tiers of the policy `args` names (its keys), if it exists.
+fn tiers_of(args: &Args<'_>) -> Option<usize> {
+    let policy = args.bytes(1)?;
+    let store = store();
+    Some(store.get(policy)?.current()?.definition.tiers.len())
+}
+
+fn check_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
+    if ctx.is_keys_position_request() {
+        // The policy's tiers say how many keys follow its name; a policy
+        // this node does not hold has its first key declared (the command
+        // then says there is no such policy).
+        let n = tiers_of(args).unwrap_or(1);
+        for position in 2..2 + n {
+            ctx.key_at_pos(args, position);
+        }
+        return Status;
+    }
+    match checked(ctx, args) {
+        Ok(status) => status,
+        Err(error) => ctx.reply_error(&error),
+    }
+}
+
+fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
+    let policy = args.bytes(1).ok_or(CommandError::Arity)?;
+    let definition: Arc<Definition> = {
+        let store = store();
+        let current = store.get(policy).and_then(|p| p.current());
+        current.map(|c| Arc::clone(&c.definition))
+    }
+    .ok_or_else(|| no_policy(policy))?;
+    let n = definition.tiers.len();
+    if args.len() < 2 + n {
+        return Err(wrong_keys(policy, n));
+    }
+    let keys: Vec<KeyName<'_>> = (2..2 + n).filter_map(|i| args.key(i)).collect();
+    let words = args.bytes_from(2 + n);
+    let mut options = check_request_options(&words).map_err(|error| {
+        // A word that is no option may be a key too many.
+        if error.text().starts_with("ERR syntax error: unknown option") {
+            wrong_keys(policy, n)
+        } else {
+            error
+        }
+    })?;
+    // The policy's PENALTY and SHADOW, except on a peek (which changes
+    // nothing, so neither applies: the inline command refuses them there).
+    if !options.peek {
+        options.penalty_ms = definition.penalty_ms;
+        options.shadow = definition.shadow;
+        crate::parse::options::exclusive(&options)?;
+    }
+    let inline = inline_words(&definition, &keys, &words, &options);
+    let mut owned = OwnedArgs::new(inline.iter().map(Vec::as_slice));
+    let inline_args = owned.args();
+    let (request, command, glue_at) = match definition.tiers.as_slice() {
+        [tier] => (
+            Request::Check {
+                tier: *tier,
+                options,
+            },
+            Command::Check(tier.tag()),
+            2,
+        ),
+        tiers => (
+            Request::All(AllArgs {
+                tiers: tiers.to_vec(),
+                options,
+            }),
+            Command::All,
+            1,
+        ),
+    };
+    let run = Run::woken(ctx, command, glue_at, &inline);
+    Ok(respond(&run, &inline_args, request, &keys))
+}
+
+fn wrong_keys(policy: &[u8], n: usize) -> CommandError {
+    CommandError::Reply(
+        format!(
+            "ERR policy '{}' has {n} tier{}: give {n} key{} after its name, then COST, PEEK or BLOCK",
+            shown(policy),
+            if n == 1 { "" } else { "s" },
+            if n == 1 { "" } else { "s" },
+        )
+        .into(),
+    )
+}
+
+/// The inline command a check by name stands for: `RL.<ALGORITHM> key
+/// <params> [options]` for one tier, `RL.ALL n key ... <specs> [options]`
+/// for several; what it waits and replays as.
+fn inline_words(
+    definition: &Definition,
+    keys: &[KeyName<'_>],
+    request_words: &[&[u8]],
+    options: &CheckOptions,
+) -> Vec<Vec<u8>> {
+    let specs = Definition {
+        tiers: definition.tiers.clone(),
+        penalty_ms: None,
+        shadow: false,
+        on_change: Default::default(),
+    }
+    .words();
+    let mut out: Vec<Vec<u8>> = Vec::with_capacity(specs.len() + keys.len() + 8);
+    if let [_] = keys {
+        let mut specs = specs.into_iter();
+        let algorithm = specs.next().unwrap_or_default();
+        out.push([&b"RL."[..], &algorithm].concat());
+        out.extend(keys.iter().map(|k| k.bytes().to_vec()));
+        out.extend(specs);
+    } else {
+        out.push(b"RL.ALL".to_vec());
+        out.push(keys.len().to_string().into_bytes());
+        out.extend(keys.iter().map(|k| k.bytes().to_vec()));
+        out.extend(specs);
+    }
+    out.extend(request_words.iter().map(|w| w.to_vec()));
+    if let Some(ms) = options.penalty_ms {
+        out.push(b"PENALTY".to_vec());
+        out.push(crate::words::syntax::duration_word(ms).into_bytes());
+    }
+    if options.shadow {
+        out.push(b"SHADOW".to_vec());
+    }
+    out
+}
