@@ -282,6 +282,7 @@ def test_a_rule_follows_a_policy_changed_in_redis(clean: redis.Redis) -> None:
     assert after[1].headers["RateLimit-Policy"] == '"plan:free";q=3;w=3600'
 
 
+@pytest.mark.anyio
 async def test_the_asgi_middleware_checks_the_plan_of_each_request(clean: redis.Redis) -> None:
     """A policy per request (the plan its API key is on), of several tiers:
     one key per tier, all in the identity's slot; the rule's keys carry the
@@ -308,12 +309,18 @@ async def test_the_asgi_middleware_checks_the_plan_of_each_request(clean: redis.
     assert sorted(clean.keys("rl:{key:k2}:*")) == [b"rl:{key:k2}:plan:0", b"rl:{key:k2}:plan:1"]
 
 
-def test_a_rule_on_an_undefined_policy_fails_its_mode(clean: redis.Redis) -> None:
-    closed = flask_app(clean, Rule(NamedPolicy("plan:nobody"), fail_open=False))
-    response = closed.test_client().get("/", environ_base={"REMOTE_ADDR": "10.0.0.7"})
-    assert response.status_code == 503
+def test_a_rule_on_an_undefined_policy_does_not_start_and_a_deleted_one_fails_its_mode(
+    clean: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
     with pytest.raises(PolicyNotFoundError, match="plan:nobody"):
-        Rule(NamedPolicy("plan:nobody")).validate(clean)
+        flask_app(clean, Rule(NamedPolicy("plan:nobody")))
+    define(clean, "plan:soon-gone", "FIXEDWINDOW", 5, "1h")
+    closed = flask_app(clean, Rule(NamedPolicy("plan:soon-gone"), fail_open=False))
+    env = {"REMOTE_ADDR": "10.0.0.7"}
+    assert closed.test_client().get("/", environ_base=env).status_code == 200
+    cmd(clean, "RL.POLICY", "DEL", "plan:soon-gone")
+    assert closed.test_client().get("/", environ_base=env).status_code == 503
+    assert "no policy 'plan:soon-gone'" in caplog.text  # logged at ERROR, never a silent allow
 
 
 # sync_policies ----------------------------------------------------------------
