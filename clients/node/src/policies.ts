@@ -409,7 +409,8 @@ function message(error: unknown): string {
 
 /**
  * Makes the policies in Redis those of `policies` (an object, or a JSON
- * file's path), on every primary of a cluster. First every definition is
+ * file's path), on every primary of a cluster (`redis`: a client, a
+ * `RateLimiter`, or an array of them: servers that each need the policies). First every definition is
  * validated on every primary (`RL.POLICY SET ... DRYRUN`): if any is
  * refused, none is applied and `PolicySyncError` lists every error. Then
  * each is applied; the report says, per policy and primary, created,
@@ -418,12 +419,14 @@ function message(error: unknown): string {
  * `RL.POLICY DIGEST` is read: if they differ, `PolicySyncError`.
  */
 export async function syncPolicies(
-  redis: RedisLike,
+  redis: RedisLike | readonly RedisLike[],
   policies: string | Record<string, unknown>,
   options: { dryRun?: boolean; prune?: boolean } = {},
 ): Promise<SyncReport> {
-  const inner = (redis as { adapter?: RedisAdapter }).adapter; // a RateLimiter
-  const adapter: RedisAdapter = inner !== undefined && typeof inner.send === "function" ? inner : adapt(redis);
+  const adapters = (Array.isArray(redis) ? (redis as RedisLike[]) : [redis]).map((r) => {
+    const inner = (r as { adapter?: RedisAdapter }).adapter; // a RateLimiter
+    return inner !== undefined && typeof inner.send === "function" ? inner : adapt(r);
+  });
   const dryRun = options.dryRun === true;
   const report: SyncReport = { dryRun, changes: [], errors: [], digests: {} };
   const data = await loadPolicies(policies);
@@ -436,8 +439,11 @@ export async function syncPolicies(
       report.errors.push({ name, node: "client", message: message(error) });
     }
   }
-  const nodes: PrimaryNode[] =
-    adapter.primaries !== undefined ? await adapter.primaries() : [{ name: "server", send: (args) => adapter.send(args, undefined) }];
+  const nodes: PrimaryNode[] = [];
+  for (const [i, adapter] of adapters.entries()) {
+    if (adapter.primaries !== undefined) nodes.push(...(await adapter.primaries()));
+    else nodes.push({ name: `server ${i}`, send: (args) => adapter.send(args, undefined) });
+  }
   const current = new Map<string, Map<string, number>>();
   const would = new Map<string, number>();
   for (const node of nodes) {

@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, beforeEach, describe, it } from "node:test";
 import express from "express";
+import Fastify from "fastify";
 import { rateLimit as expressRateLimit } from "express-rate-limit";
 import {
   FixedWindow,
@@ -16,6 +17,7 @@ import {
   PolicySyncError,
   RateLimiter,
   RedisRatelimitStore,
+  fastifyRateLimit,
   SlidingCounter,
   SlidingLog,
   TokenBucket,
@@ -283,6 +285,41 @@ describe("middleware by policy name", () => {
       assert.deepEqual(((await conn.raw("KEYS", "rl:{key:k2}:*")) as string[]).sort(), ["rl:{key:k2}:plan:0", "rl:{key:k2}:plan:1"]);
     } finally {
       await close(http);
+    }
+  });
+
+  it("Fastify: 429 with the policy's headers", async () => {
+    await conn.raw("RL.POLICY", "SET", "plan:f", "TOKENBUCKET", "2", "1");
+    const app = Fastify();
+    await app.register(fastifyRateLimit, { redis: conn.client, limits: new NamedPolicy("plan:f"), scope: "fastify" });
+    app.get("/", () => ({ hello: "world" }));
+    try {
+      const replies = [];
+      for (let i = 0; i < 3; i++) replies.push(await app.inject({ method: "GET", url: "/" }));
+      assert.deepEqual(replies.map((r) => r.statusCode), [200, 200, 429]);
+      assert.equal(replies[0]!.headers["ratelimit-policy"], '"plan:f";q=2;w=2');
+      assert.equal(replies[2]!.headers["retry-after"], "1");
+    } finally {
+      await app.close();
+    }
+  });
+
+  it("servers left holding different policies are an error", async () => {
+    const other = await Server.start();
+    const second = await connect("ioredis", other.port);
+    try {
+      await second.raw("RL.POLICY", "SET", "plan:local", "FIXEDWINDOW", "1", "1h");
+      await assert.rejects(syncPolicies([conn.client, second.client], PLANS), (error: unknown) => {
+        assert.ok(error instanceof PolicySyncError && /different policies/.test(error.message));
+        assert.equal(new Set(Object.values(error.report.digests)).size, 2);
+        return true;
+      });
+      const report = await syncPolicies([conn.client, second.client], PLANS, { prune: true });
+      assert.equal(new Set(Object.values(report.digests)).size, 1);
+      assert.deepEqual(report.changes.filter((c) => c.status === "deleted").map((c) => c.name), ["plan:local"]);
+    } finally {
+      await second.close();
+      other.stop();
     }
   });
 

@@ -42,7 +42,7 @@ from redis_ratelimit import (
 from redis_ratelimit.policies import definition_words, parse_definition
 from redis_ratelimit.web import RateLimitMiddleware, RateLimitWSGIMiddleware, Rule
 
-from .servers import Cluster
+from .servers import Cluster, Server
 
 INLINE: list[Limit] = [
     TokenBucket(3, 1),
@@ -375,6 +375,22 @@ def test_a_bad_file_applies_nothing_and_lists_every_error(clean: redis.Redis) ->
     assert "capacity" in errors["plan:broken"]
     assert cmd(clean, "RL.POLICY", "DIGEST") == before
     assert [n for n, _ in cmd(clean, "RL.POLICY", "LIST")] == [b"plan:free"]
+
+
+def test_servers_left_holding_different_policies_are_an_error(clean: redis.Redis) -> None:
+    other = Server()
+    try:
+        second = redis.Redis(port=other.port)
+        define(second, "plan:local", "FIXEDWINDOW", 1, "1h")  # only the second holds it
+        with pytest.raises(PolicySyncError, match="different policies") as raised:
+            sync_policies([clean, second], PLANS)
+        digests = raised.value.report.digests
+        assert len(digests) == 2 and len(set(digests.values())) == 2
+        report = sync_policies([clean, second], PLANS, prune=True)
+        assert report.agreed and report.by_status("deleted") == ["plan:local"]
+        second.close()
+    finally:
+        other.stop()
 
 
 # On a cluster ----------------------------------------------------------------

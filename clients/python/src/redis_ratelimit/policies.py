@@ -492,6 +492,8 @@ def _nodes(redis: Any) -> list[Node]:
 
     from .client import RateLimiter
 
+    if isinstance(redis, (list, tuple)):  # several servers, each applied alike
+        return [node for client in redis for node in _nodes(client)]
     if isinstance(redis, RateLimiter):
         redis = redis.redis
     if isinstance(redis, RedisCluster):
@@ -522,7 +524,8 @@ def sync_policies(
     """Makes the policies in Redis those of `policies` (a mapping, or a
     JSON or YAML file of ``name: definition``), on every primary of a
     cluster (`redis`: a sync ``redis.Redis``, ``RedisCluster`` or
-    `RateLimiter`).
+    `RateLimiter`, or a list of them: servers that each need the policies,
+    such as shards a client picks between).
 
     First every definition is validated on every primary (``RL.POLICY SET
     ... DRYRUN``): if any is refused, none is applied and `PolicySyncError`
