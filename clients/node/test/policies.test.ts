@@ -1,6 +1,7 @@
 /** Named policies (issue 32): by name as inline, in the middleware and the store, and syncPolicies, against real servers. */
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, beforeEach, describe, it } from "node:test";
@@ -31,7 +32,7 @@ import {
 } from "../src/index.js";
 import { CLUSTER_KINDS, type Connected, KINDS, connect, connectCluster } from "./clients.js";
 import { close, get, listen, port } from "./http.js";
-import { Cluster, Server, rawCommand } from "./servers.js";
+import { Cluster, PACKAGE, Server, rawCommand } from "./servers.js";
 
 const INLINE: Limit[] = [
   new TokenBucket(3, 1),
@@ -338,6 +339,33 @@ describe("middleware by policy name", () => {
       await close(http);
     }
   });
+});
+
+it("docs/clients.md's Node block runs with the page's plans.json and prints what the page says", async () => {
+  const page = readFileSync(join(PACKAGE, "../../docs/clients.md"), "utf8");
+  const block = /<!-- node: [^\n]*-->\n```js\n([\s\S]*?)```/.exec(page)?.[1];
+  const json = /<!-- file: plans\.json -->\n```json\n([\s\S]*?)```/.exec(page)?.[1];
+  assert.ok(block !== undefined && json !== undefined, "the page has its node block and plans.json");
+  assert.ok(block.includes("new Redis(6379)"));
+  const fresh = await Server.start(); // no policies yet: the worker creates them
+  const dir = mkdtempSync(join(tmpdir(), "rl-docs-"));
+  const file = join(PACKAGE, "build", "docs-policies.mjs"); // inside the package: `import "redis-ratelimit"` is this one
+  try {
+    writeFileSync(join(dir, "plans.json"), json);
+    writeFileSync(file, block.replace("new Redis(6379)", `new Redis(${fresh.port})`));
+    const printed = await new Promise<string>((res, rej) => {
+      const child = spawn(process.execPath, [file], { cwd: dir, stdio: ["ignore", "pipe", "inherit"] });
+      let out = "";
+      child.stdout.on("data", (c: Buffer) => (out += c.toString()));
+      child.on("exit", (code) => (code === 0 ? res(out) : rej(new Error(`the block exited ${code}: ${out}`))));
+    });
+    const expected = [...block.matchAll(/\/\/ -> (.*)$/gm)].map((m) => m[1]);
+    assert.deepEqual(printed.trimEnd().split("\n"), expected);
+  } finally {
+    rmSync(file, { force: true });
+    rmSync(dir, { recursive: true, force: true });
+    fresh.stop();
+  }
 });
 
 describe("syncPolicies on a cluster", () => {
