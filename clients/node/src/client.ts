@@ -46,13 +46,19 @@ export class RateLimiter {
    * (`RL.CHECK`; a policy of several tiers checks one key per tier,
    * `policyKeys`). A policy Redis does not hold throws `PolicyNotFoundError`.
    */
-  async check(key: string, limit: Limit | NamedPolicy, options?: CheckOptions): Promise<Decision> {
+  check(key: string, limit: Limit | NamedPolicy, options?: CheckOptions): Promise<Decision> {
     if (limit instanceof NamedPolicy) {
+      // What is wrong with the call throws now, as for a limit; the rest is the server's.
       const name = limit.staticName();
-      if (this.policies.stale(name)) this.policies.put(name, await this.run(policyGet(name)));
-      return this.run(policyCheck(key, name, this.policies, options));
+      policyCheck(key, name, this.policies, options);
+      return this.checkPolicy(key, name, options);
     }
     return this.run(commands.check(key, limit, options));
+  }
+
+  private async checkPolicy(key: string, name: string, options?: CheckOptions): Promise<Decision> {
+    if (this.policies.stale(name)) this.policies.put(name, await this.run(policyGet(name)));
+    return this.run(policyCheck(key, name, this.policies, options));
   }
 
   /** `RL.PEEK`: what checking `key` against `limit` would answer now, changing nothing (a named policy: `RL.CHECK ... PEEK`). */

@@ -333,6 +333,9 @@ export function policyCheckWords(
   block?: number,
   label?: string,
 ): Command<Decision> {
+  if (typeof key !== "string" || key.length === 0) {
+    throw new TypeError(`a key must be a non-empty string, not ${JSON.stringify(key)}`);
+  }
   const definition = book.get(name);
   const keys = policyKeys(key, definition === null ? 1 : definition.tiers.length);
   const policies = headerPolicies(label ?? name, definition);

@@ -163,6 +163,12 @@ for (const kind of KINDS) {
       );
     });
 
+    it("a wrong call throws at once, as for a limit", () => {
+      assert.throws(() => limiter.check("k", new NamedPolicy("p"), { block: 0 }), /ambiguous/);
+      assert.throws(() => limiter.check("", new NamedPolicy("p")), /non-empty/);
+      assert.throws(() => limiter.check("k", new NamedPolicy(() => "p", { label: "l" })), /Rule/);
+    });
+
     it("a check by a deleted policy throws an error naming it", async () => {
       await conn.raw("RL.POLICY", "SET", "plan:gone", "FIXEDWINDOW", "5", "1h");
       assert.equal((await limiter.check("a", new NamedPolicy("plan:gone"))).allowed, true);
