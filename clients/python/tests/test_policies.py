@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from redis_ratelimit import (
     GCRA,
+    AsyncRateLimiter,
     Decision,
     FixedWindow,
     LeakyBucket,
@@ -43,6 +44,9 @@ from redis_ratelimit.policies import definition_words, parse_definition
 from redis_ratelimit.web import RateLimitMiddleware, RateLimitWSGIMiddleware, Rule
 
 from .servers import Cluster, Server
+from .test_frameworks import django_settings
+
+__all__ = ["django_settings"]
 
 INLINE: list[Limit] = [
     TokenBucket(3, 1),
@@ -321,6 +325,82 @@ def test_a_rule_on_an_undefined_policy_does_not_start_and_a_deleted_one_fails_it
     cmd(clean, "RL.POLICY", "DEL", "plan:soon-gone")
     assert closed.test_client().get("/", environ_base=env).status_code == 503
     assert "no policy 'plan:soon-gone'" in caplog.text  # logged at ERROR, never a silent allow
+
+
+@pytest.mark.anyio
+async def test_the_asyncio_client_checks_by_name(clean: redis.Redis) -> None:
+    define(clean, "plan:async", "TOKENBUCKET", 2, 1, "FIXEDWINDOW", 5, "1h")
+    port = clean.connection_pool.connection_kwargs["port"]
+    async with redis.asyncio.Redis(port=port) as ar:
+        limiter = AsyncRateLimiter(ar)
+        decisions = [await limiter.check("u", NamedPolicy("plan:async")) for _ in range(3)]
+        peeked = await limiter.peek("u", NamedPolicy("plan:async"))
+    assert [d.allowed for d in decisions] == [True, True, False]
+    assert [t.policy.name for t in decisions[0].tiers if t.policy] == [
+        "plan:async:0",
+        "plan:async:1",
+    ]
+    assert peeked.tiers[1].remaining == 3  # the fixed window: two taken, the denial took nothing
+
+
+@pytest.mark.anyio
+async def test_the_fastapi_dependency_limits_by_a_policy(clean: redis.Redis) -> None:
+    from fastapi import Depends, FastAPI
+
+    from redis_ratelimit.web.fastapi import RateLimit, RateLimitDenied, denied_handler
+
+    define(clean, "plan:route", "FIXEDWINDOW", 1, "1h")
+    port = clean.connection_pool.connection_kwargs["port"]
+    async with redis.asyncio.Redis(port=port) as ar:
+        app = FastAPI()
+        app.add_exception_handler(RateLimitDenied, denied_handler)
+
+        @app.get("/", dependencies=[Depends(RateLimit(ar, NamedPolicy("plan:route")))])
+        async def root() -> dict[str, str]:
+            return {"hello": "world"}
+
+        transport = httpx.ASGITransport(app=app, client=("10.0.0.7", 50000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            replies = [await http.get("/") for _ in range(2)]
+    assert [r.status_code for r in replies] == [200, 429]
+    assert replies[1].headers["ratelimit-policy"] == '"plan:route";q=1;w=3600'
+    assert clean.exists("rl:{ip:10.0.0.7}:GET /:plan:route")
+
+
+def test_the_flask_decorator_limits_by_a_policy(clean: redis.Redis) -> None:
+    from redis_ratelimit.web.flask import rate_limit
+
+    define(clean, "plan:view", "FIXEDWINDOW", 1, "1h")
+    app = flask.Flask(__name__)
+    app.add_url_rule("/", "view", rate_limit(clean, NamedPolicy("plan:view"))(lambda: "hi"))
+    env = {"REMOTE_ADDR": "10.0.0.7"}
+    replies = [app.test_client().get("/", environ_base=env) for _ in range(2)]
+    assert [r.status_code for r in replies] == [200, 429]
+    assert replies[1].headers["RateLimit-Policy"] == '"plan:view";q=1;w=3600'
+
+
+def test_the_django_middleware_limits_by_a_policy(
+    django_settings: None, clean: redis.Redis
+) -> None:
+    from django.test import Client, override_settings
+
+    from . import test_frameworks
+
+    define(clean, "plan:site", "FIXEDWINDOW", 2, "1h")
+    conf = {"redis": clean, "limits": NamedPolicy("plan:site")}
+    middleware = ["redis_ratelimit.web.django.RateLimitMiddleware"]
+    from django.urls import clear_url_caches, path
+
+    test_frameworks.urlpatterns[:] = [path("hello", test_frameworks.view)]
+    clear_url_caches()
+    try:
+        with override_settings(MIDDLEWARE=middleware, REDIS_RATELIMIT=conf):
+            codes = [Client().get("/hello") for _ in range(3)]
+    finally:
+        test_frameworks.urlpatterns.clear()
+        clear_url_caches()
+    assert [c.status_code for c in codes] == [200, 200, 429]
+    assert codes[2]["RateLimit-Policy"] == '"plan:site";q=2;w=3600'
 
 
 # sync_policies ----------------------------------------------------------------
