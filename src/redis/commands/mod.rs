@@ -374,7 +374,10 @@ fn policy_commands() -> [Command; 2] {
         Command {
             name: CString::from(c"rl.check"),
             handler: policy::check_command,
-            flags: c"write getkeys-api",
+            // Not `write`: a replica answers `RL.CHECK ... PEEK` (the
+            // command itself refuses anything else there, as Redis refuses
+            // a write). may-replicate: CLIENT PAUSE WRITE holds it back.
+            flags: c"may-replicate getkeys-api",
             keys: (0, 0, 0),
             doc: Doc {
                 summary: "Checks keys against a named policy (RL.POLICY): one key per tier of the policy, answered exactly as the inline command with the policy's parameters (one tier: that algorithm's command; several: RL.ALL), the policy's PENALTY and SHADOW applied. An unknown policy is an error naming it, never an allow.",

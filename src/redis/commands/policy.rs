@@ -281,6 +281,11 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
             error
         }
     })?;
+    if !options.peek && ctx.is_replica() && !ctx.sent_by_primary_or_aof() {
+        return Err(CommandError::Reply(
+            "READONLY You can't write against a read only replica.".into(),
+        ));
+    }
     // The policy's PENALTY and SHADOW, except on a peek (which changes
     // nothing, so neither applies: the inline command refuses them there).
     if !options.peek {
