@@ -640,3 +640,31 @@ fn a_replica_holds_the_primary_policies_and_answers_peek_by_name() {
     run(&mut con, &["WAIT", "1", "5000"]).unwrap();
     assert_eq!(policies_of(&mut rcon), policies_of(&mut con));
 }
+
+#[test]
+fn info_shows_the_policies_their_digest_and_each_one_counts() {
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    assert_eq!(info_field(&mut con, "ratelimit", "ratelimit_policies"), "0");
+    set(&mut con, "plan:free", &["TOKENBUCKET", "1", "0.001"]);
+    set(&mut con, "quiet", &["TOKENBUCKET", "1", "0.001", "SHADOW"]);
+    for _ in 0..3 {
+        check(&mut con, &["RL.CHECK", "plan:free", "a"]);
+        check(&mut con, &["RL.CHECK", "quiet", "b"]);
+    }
+    // A peek is not a request: not counted.
+    check(&mut con, &["RL.CHECK", "plan:free", "a", "PEEK"]);
+    assert_eq!(info_field(&mut con, "ratelimit", "ratelimit_policies"), "2");
+    assert_eq!(
+        info_field(&mut con, "ratelimit", "ratelimit_policies_digest"),
+        digest(&mut con)
+    );
+    assert_eq!(
+        info_field(&mut con, "ratelimit", "ratelimit_policy_plan_free"),
+        "checks=3,allowed=1,denied=2,shadow_denied=0"
+    );
+    assert_eq!(
+        info_field(&mut con, "ratelimit", "ratelimit_policy_quiet"),
+        "checks=3,allowed=1,denied=0,shadow_denied=2"
+    );
+}

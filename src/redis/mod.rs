@@ -62,6 +62,7 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
         }
     }
     ffi::info::register(loading, stats::info_fields);
+    ffi::info::register_lines(stats::policy_lines);
     let args: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
     config::on_top_keys_set(sketch::resize);
     if let Err(why) = config::register(loading, &args) {

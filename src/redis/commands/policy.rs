@@ -261,10 +261,11 @@ fn check_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
 
 fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
     let policy = args.bytes(1).ok_or(CommandError::Arity)?;
-    let definition: Arc<Definition> = {
+    let (definition, counters): (Arc<Definition>, _) = {
         let store = store();
-        let current = store.get(policy).and_then(|p| p.current());
-        current.map(|c| Arc::clone(&c.definition))
+        let held = store.get(policy);
+        let current = held.and_then(|p| p.current().map(|c| (p, c)));
+        current.map(|(p, c)| (Arc::clone(&c.definition), Arc::clone(&p.counters)))
     }
     .ok_or_else(|| no_policy(policy))?;
     let n = definition.tiers.len();
@@ -315,6 +316,10 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
         ),
     };
     let run = Run::woken(ctx, command, glue_at, &inline);
+    let request = Request::Policy {
+        request: Box::new(request),
+        counters,
+    };
     Ok(respond(&run, &inline_args, request, &keys))
 }
 
