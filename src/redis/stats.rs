@@ -12,6 +12,7 @@ use std::ffi::CStr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use super::ffi::alloc::allocated_bytes;
+use super::ffi::info::{Dict, Text};
 use super::ffi::types::TypedValue;
 use super::sketch;
 use crate::algorithms::penalty::Penalized;
@@ -191,10 +192,7 @@ pub fn info_fields(add: &mut dyn FnMut(&'static CStr, u64)) {
 /// policy a line `policy_<name>:checks=..,allowed=..,denied=..,shadow_denied=..`
 /// (a name's characters other than letters, digits, `-`, `.` and `_` shown
 /// as `_`, so the line parses as every INFO line does).
-pub fn policy_lines(
-    text: &mut dyn FnMut(&CStr, &str),
-    dict: &mut dyn FnMut(&str, &[(&CStr, u64)]),
-) {
+pub fn policy_lines(text: &mut Text<'_>, dict: &mut Dict<'_>) {
     let store = crate::policies::store();
     text(c"policies", &store.len().to_string());
     text(c"policies_digest", &store.digest());

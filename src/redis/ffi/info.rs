@@ -15,7 +15,13 @@ static FIELDS: OnceLock<Fields> = OnceLock::new();
 
 /// What writes the section's other lines: `text` with a name and a text
 /// value, `dict` with a name and its `key=value` pairs.
-pub type Lines = fn(text: &mut dyn FnMut(&CStr, &str), dict: &mut dyn FnMut(&str, &[(&CStr, u64)]));
+pub type Lines = fn(text: &mut Text<'_>, dict: &mut Dict<'_>);
+
+/// Adds a field with a text value.
+pub type Text<'a> = dyn FnMut(&CStr, &str) + 'a;
+
+/// Adds a dict field: its name, then its `key=value` pairs.
+pub type Dict<'a> = dyn FnMut(&str, &[(&CStr, u64)]) + 'a;
 
 static LINES: OnceLock<Lines> = OnceLock::new();
 
