@@ -583,6 +583,7 @@ fn aof_restart(preamble: &str, rewrite: bool) {
         set(&mut con, "d", &["FIXEDWINDOW", "7", "1m"]);
     }
     let before = policies_of(&mut con);
+    let history = run(&mut con, &["RL.POLICY", "HISTORY", "a"]).unwrap();
     drop(con);
     server.shutdown_nosave();
     server.launch();
@@ -591,6 +592,10 @@ fn aof_restart(preamble: &str, rewrite: bool) {
         policies_of(&mut con),
         before,
         "preamble {preamble}, rewrite {rewrite}"
+    );
+    assert_eq!(
+        run(&mut con, &["RL.POLICY", "HISTORY", "a"]).unwrap(),
+        history
     );
 }
 
@@ -603,6 +608,11 @@ fn policies_survive_an_aof_restart() {
 #[test]
 fn policies_survive_an_aof_rewrite_with_an_rdb_preamble() {
     aof_restart("yes", true);
+}
+
+#[test]
+fn policies_survive_an_aof_rewrite_without_an_rdb_preamble() {
+    aof_restart("no", true);
 }
 
 #[test]

@@ -55,6 +55,10 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ));
         return Status::Err;
     }
+    if !ffi::server::on_fork(loading, commands::restate_policies) {
+        ctx.log_warning("ratelimit: cannot subscribe to the server's fork events");
+        return Status::Err;
+    }
     for command in commands::table() {
         if let Err(why) = ffi::commands::register(loading, &command) {
             ctx.log_warning(&format!("ratelimit: {why}"));

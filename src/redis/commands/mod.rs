@@ -14,6 +14,8 @@ mod top;
 
 use std::ffi::{CStr, CString};
 
+pub use policy::restate as restate_policies;
+
 use super::command_info::{
     arg, double, integer, key, pure_token, string, Arg, ArgKind, Doc, KeyPosition, KeySpec, ACCESS,
     DELETE, FIRST_RELEASE, OW, RO, RW, UPDATE,

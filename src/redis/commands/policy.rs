@@ -141,8 +141,8 @@ fn del(ctx: Ctx<'_>, _args: &Args<'_>, rest: &[&[u8]]) -> Result<Status, Command
 }
 
 /// `LOAD name version <definition>`: a change as the primary made it (a
-/// replica's, an AOF file's). A version the policy holds already as its
-/// current one with that definition is not loaded twice.
+/// replica's, an AOF file's); a version not above the policy's current one
+/// changes nothing.
 fn load(ctx: Ctx<'_>, _args: &Args<'_>, rest: &[&[u8]]) -> Result<Status, CommandError> {
     if !ctx.sent_by_primary_or_aof() {
         return Err(CommandError::internal_command());
@@ -154,11 +154,11 @@ fn load(ctx: Ctx<'_>, _args: &Args<'_>, rest: &[&[u8]]) -> Result<Status, Comman
     let at = version(at)?;
     let (definition, _) = definition(words)?;
     let mut store = store();
-    let held = store
-        .get(policy)
-        .and_then(|p| p.current())
-        .is_some_and(|c| c.version == at && *c.definition == definition);
-    if !held {
+    // Versions only increase: a version at or below the current one is
+    // held already (an AOF file's restatement after its rewritten base, a
+    // replica's copy of it).
+    let newer = store.get(policy).is_none_or(|p| at > p.version());
+    if newer {
         store.load(policy, at, definition);
     }
     ctx.replicate_verbatim();
@@ -373,4 +373,27 @@ fn inline_words(
         out.push(b"SHADOW".to_vec());
     }
     out
+}
+
+/// Restates every policy, each kept version oldest first, as `LOAD`s
+/// (called right after a fork, in the parent). Under `aof-use-rdb-preamble
+/// no`, Redis 7.0 rewrites the AOF as commands made from keys only (module
+/// aux data is written to RDB files alone): the rewritten base holds no
+/// policy. A rewrite opens its new incremental file before it forks, so the
+/// `LOAD`s propagated now land right after that base, and a restart from
+/// base and increment holds every policy. Where they reach a server holding
+/// the policies already (a replica, a replay after an RDB preamble), they
+/// change nothing. Not while writes are paused: Redis forbids propagating
+/// then (`docs/operations.md#policies` says what that leaves).
+pub fn restate(ctx: Ctx<'_>) {
+    if !ctx.aof_on() || writes_paused() {
+        return;
+    }
+    let store = store();
+    for (policy, held) in store.iter() {
+        let kept: Vec<_> = held.history().collect();
+        for version in kept.into_iter().rev() {
+            propagate_load(ctx, policy, version.version, &version.words);
+        }
+    }
 }
