@@ -434,7 +434,11 @@ fn every_bad_definition_is_refused_with_its_reason_and_changes_nothing() {
                 "ON-CHANGE",
                 "LATER",
             ],
-            "ERR ON-CHANGE must be KEEP, SCALE or RESET",
+            "ERR ON-CHANGE must be KEEP",
+        ),
+        (
+            &["RL.POLICY", "SET", "p", "TOKENBUCKET", "1", "1", "ON-CHANGE", "SCALE"],
+            "ERR syntax error: ON-CHANGE SCALE is not offered yet (keys do not record a policy version): KEEP only",
         ),
         (
             &["RL.POLICY", "SET", "p", "TOKENBUCKET", "1", "1", "WHAT"],
