@@ -363,7 +363,7 @@ fn policy_commands() -> [Command; 2] {
             flags: c"may-replicate",
             keys: (0, 0, 0),
             doc: Doc {
-                summary: "Named policies: SET name <tier> [<tier> ...] [PENALTY duration] [SHADOW] [ON-CHANGE KEEP|SCALE|RESET] [DRYRUN] defines one (a tier as RL.ALL takes a spec) and replies its version; GET name, LIST, DEL name, HISTORY name (the last 5 versions), ROLLBACK name version (that version current again, as a new version), DIGEST (a hex digest of every policy, equal on nodes holding the same). Held in module memory: not keys, FLUSHALL keeps them; saved in the RDB, propagated to replicas and the AOF.",
+                summary: "Named policies: SET name <tier> [<tier> ...] [PENALTY duration] [SHADOW] [ON-CHANGE KEEP] [DRYRUN] defines one (a tier as RL.ALL takes a spec) and replies its version; GET name, LIST, DEL name, HISTORY name (the last 5 versions), ROLLBACK name version (that version current again, as a new version), DIGEST (a hex digest of every policy, equal on nodes holding the same). Held in module memory: not keys, FLUSHALL keeps them; saved in the RDB, propagated to replicas and the AOF.",
                 since: FIRST_RELEASE,
                 complexity: "O(N) where N is the size of the definitions read or written (LIST and DIGEST: of all policies)",
                 keys: super::command_info::NO_KEYS,
