@@ -261,11 +261,20 @@ fn check_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
 
 fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
     let policy = args.bytes(1).ok_or(CommandError::Arity)?;
-    let (definition, counters): (Arc<Definition>, _) = {
+    // One lock, three reference counts: the version's definition, its
+    // inline specs and the policy's counters, together, so a change made
+    // after this is not half seen.
+    let (definition, specs, counters): (Arc<Definition>, _, _) = {
         let store = store();
         let held = store.get(policy);
         let current = held.and_then(|p| p.current().map(|c| (p, c)));
-        current.map(|(p, c)| (Arc::clone(&c.definition), Arc::clone(&p.counters)))
+        current.map(|(p, c)| {
+            (
+                Arc::clone(&c.definition),
+                Arc::clone(&c.specs),
+                Arc::clone(&p.counters),
+            )
+        })
     }
     .ok_or_else(|| no_policy(policy))?;
     let n = definition.tiers.len();
@@ -294,9 +303,14 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
         options.shadow = definition.shadow;
         crate::parse::options::exclusive(&options)?;
     }
-    let inline = inline_words(&definition, &keys, &words, &options);
-    let mut owned = OwnedArgs::new(inline.iter().map(Vec::as_slice));
-    let inline_args = owned.args();
+    let inline = inline_words(&specs, &keys, &words, &options);
+    // The inline command as arguments, for a wait to keep (only `BLOCK`
+    // waits; the replay is built from `inline` by the run itself).
+    let mut owned = options
+        .block_ms
+        .is_some()
+        .then(|| OwnedArgs::new(inline.iter().map(Vec::as_slice)));
+    let inline_args = owned.as_mut().map(OwnedArgs::args);
     let (request, command, glue_at) = match definition.tiers.as_slice() {
         [tier] => (
             Request::Check {
@@ -320,7 +334,12 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
         request: Box::new(request),
         counters,
     };
-    Ok(respond(&run, &inline_args, request, &keys))
+    Ok(respond(
+        &run,
+        inline_args.as_ref().unwrap_or(args),
+        request,
+        &keys,
+    ))
 }
 
 fn wrong_keys(policy: &[u8], n: usize) -> CommandError {
@@ -339,30 +358,21 @@ fn wrong_keys(policy: &[u8], n: usize) -> CommandError {
 /// <params> [options]` for one tier, `RL.ALL n key ... <specs> [options]`
 /// for several; what it waits and replays as.
 fn inline_words(
-    definition: &Definition,
+    specs: &[Vec<u8>],
     keys: &[KeyName<'_>],
     request_words: &[&[u8]],
     options: &CheckOptions,
 ) -> Vec<Vec<u8>> {
-    let specs = Definition {
-        tiers: definition.tiers.clone(),
-        penalty_ms: None,
-        shadow: false,
-        on_change: Default::default(),
-    }
-    .words();
     let mut out: Vec<Vec<u8>> = Vec::with_capacity(specs.len() + keys.len() + 8);
-    if let [_] = keys {
-        let mut specs = specs.into_iter();
-        let algorithm = specs.next().unwrap_or_default();
-        out.push([&b"RL."[..], &algorithm].concat());
+    if let ([_], Some((algorithm, params))) = (keys, specs.split_first()) {
+        out.push([&b"RL."[..], algorithm].concat());
         out.extend(keys.iter().map(|k| k.bytes().to_vec()));
-        out.extend(specs);
+        out.extend(params.iter().cloned());
     } else {
         out.push(b"RL.ALL".to_vec());
         out.push(keys.len().to_string().into_bytes());
         out.extend(keys.iter().map(|k| k.bytes().to_vec()));
-        out.extend(specs);
+        out.extend(specs.iter().cloned());
     }
     out.extend(request_words.iter().map(|w| w.to_vec()));
     if let Some(ms) = options.penalty_ms {
