@@ -243,13 +243,13 @@ fn a_three_tier_policy_answers_as_rl_all_with_its_penalty() {
     let mut con = server.connect();
     let tiers = [
         "TOKENBUCKET",
-        "3",
-        "0.001",
+        "2",
+        "1",
         "FIXEDWINDOW",
         "10",
         "1h",
         "SLIDINGLOG",
-        "2",
+        "5",
         "1h",
     ];
     let mut definition = tiers.to_vec();
@@ -271,8 +271,9 @@ fn a_three_tier_policy_answers_as_rl_all_with_its_penalty() {
             .collect()
     };
     assert_eq!(differences(&mut con, &steps), vec![]);
-    // The same keys, step by step: the third request is denied by the log
-    // (2 an hour) and starts the policy's penalty.
+    // The same keys, step by step: the third request is denied by the
+    // bucket (2, refilled at 1 a second) and starts the policy's penalty,
+    // whose minute is the wait it answers (not the bucket's second).
     let mut replies = vec![];
     for _ in 0..3 {
         replies.push(run(&mut con, &["RL.CHECK", "three", "x1", "x2", "x3"]).unwrap());
@@ -681,4 +682,28 @@ fn info_shows_the_policies_their_digest_and_each_one_counts() {
         info_field(&mut con, "ratelimit", "ratelimit_policy_quiet"),
         "checks=3,allowed=1,denied=0,shadow_denied=2"
     );
+}
+
+#[test]
+fn a_check_by_name_waits_with_block_and_its_replay_reaches_the_replica() {
+    let primary = Server::start(&[]);
+    let replica = Server::start_replica_of(&primary);
+    let mut con = primary.connect();
+    let mut rcon = replica.connect();
+    // One token, back after 50 ms.
+    set(&mut con, "fast", &["TOKENBUCKET", "1", "20"]);
+    assert_eq!(check(&mut con, &["RL.CHECK", "fast", "w"])[0], 1);
+    assert_eq!(check(&mut con, &["RL.CHECK", "fast", "w"])[0], 0);
+    // Waits for the token rather than being denied.
+    let waited = check(&mut con, &["RL.CHECK", "fast", "w", "BLOCK", "5000"]);
+    assert_eq!(&waited[..3], &[1, 1, 0]);
+    run(&mut con, &["WAIT", "1", "5000"]).unwrap();
+    assert_eq!(digest_value(&mut rcon, "w"), digest_value(&mut con, "w"));
+    // A policy with a penalty cannot wait, as the inline command cannot.
+    set(
+        &mut con,
+        "strict",
+        &["TOKENBUCKET", "1", "20", "PENALTY", "1s"],
+    );
+    assert!(error_of(&mut con, &["RL.CHECK", "strict", "s", "BLOCK", "10"]).starts_with("ERR"));
 }
