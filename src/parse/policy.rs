@@ -1,5 +1,5 @@
 //! Named policies' grammar: `RL.POLICY SET name <tier> [<tier> ...]
-//! [PENALTY duration] [SHADOW] [ON-CHANGE KEEP|SCALE|RESET] [DRYRUN]`, a
+//! [PENALTY duration] [SHADOW] [ON-CHANGE KEEP] [DRYRUN]`, a
 //! policy's name, and `RL.CHECK`'s words after the policy's name. A tier is
 //! written as `RL.ALL` takes a spec (`super::all`), read by the same code,
 //! so a policy refuses exactly what `RL.ALL` refuses, in the same words.
@@ -18,27 +18,23 @@ pub const MAX_NAME_BYTES: usize = 128;
 pub const MAX_TIERS: usize = 16;
 
 /// What a key decided under an older version of a policy becomes on its
-/// next check.
+/// next check. Only `KEEP` is offered: the state as it stands, read under
+/// the new parameters (clamped to the new limit), what an inline command
+/// does when its parameters change. It is the right default (a reset on
+/// every change would hand out a full quota each time), and the others
+/// (`SCALE`: the remaining quota scaled by new / old limit; `RESET`: a
+/// fresh state) need each key to record the policy version it was decided
+/// under, which states do not record yet: they are refused, not ignored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OnChange {
-    /// The state as it stands, read under the new parameters (clamped to
-    /// the new limit): what an inline command does when its parameters
-    /// change. The default: it never hands out quota a change did not mean
-    /// to give.
     #[default]
     Keep,
-    /// The remaining quota scaled by new limit / old limit.
-    Scale,
-    /// A fresh state: full quota at once.
-    Reset,
 }
 
 impl OnChange {
     pub fn word(self) -> &'static str {
         match self {
             OnChange::Keep => "KEEP",
-            OnChange::Scale => "SCALE",
-            OnChange::Reset => "RESET",
         }
     }
 }
@@ -61,10 +57,7 @@ impl Definition {
     /// defines it again, and two nodes holding the same definition hold the
     /// same words (the digest is taken over them).
     pub fn words(&self) -> Vec<Vec<u8>> {
-        let mut out = Vec::new();
-        for tier in &self.tiers {
-            out.extend(tier.visit(SpecWords).into_iter().map(String::into_bytes));
-        }
+        let mut out = self.spec_words();
         if let Some(ms) = self.penalty_ms {
             out.push(b"PENALTY".to_vec());
             out.push(duration_word(ms).into_bytes());
@@ -72,9 +65,17 @@ impl Definition {
         if self.shadow {
             out.push(b"SHADOW".to_vec());
         }
-        if self.on_change != OnChange::Keep {
-            out.push(b"ON-CHANGE".to_vec());
-            out.push(self.on_change.word().as_bytes().to_vec());
+        // ON-CHANGE KEEP, the only strategy, is the default: not written.
+        out
+    }
+}
+
+impl Definition {
+    /// The tiers' specs alone, as `RL.ALL` takes them (normalised).
+    pub fn spec_words(&self) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        for tier in &self.tiers {
+            out.extend(tier.visit(SpecWords).into_iter().map(String::into_bytes));
         }
         out
     }
@@ -156,10 +157,16 @@ pub fn definition(words: &[&[u8]]) -> Result<(Definition, bool), CommandError> {
 }
 
 fn on_change_word(word: &[u8]) -> Result<OnChange, CommandError> {
-    [OnChange::Keep, OnChange::Scale, OnChange::Reset]
-        .into_iter()
-        .find(|o| word.eq_ignore_ascii_case(o.word().as_bytes()))
-        .ok_or_else(|| CommandError::must_be("ON-CHANGE", "KEEP, SCALE or RESET"))
+    if word.eq_ignore_ascii_case(b"KEEP") {
+        Ok(OnChange::Keep)
+    } else if word.eq_ignore_ascii_case(b"SCALE") || word.eq_ignore_ascii_case(b"RESET") {
+        Err(CommandError::syntax(&format!(
+            "ON-CHANGE {} is not offered yet (keys do not record a policy version): KEEP only",
+            shown(&word.to_ascii_uppercase())
+        )))
+    } else {
+        Err(CommandError::must_be("ON-CHANGE", "KEEP"))
+    }
 }
 
 /// A policy's name: 1 to 128 bytes, each a printable ASCII character other
@@ -236,7 +243,7 @@ mod tests {
             "30s",
             "shadow",
             "on-change",
-            "scale",
+            "keep",
             "dryrun",
         ])
         .unwrap();
@@ -244,7 +251,7 @@ mod tests {
         assert_eq!(d.tiers.len(), 2);
         assert_eq!(
             (d.penalty_ms, d.shadow, d.on_change),
-            (Some(30_000), true, OnChange::Scale)
+            (Some(30_000), true, OnChange::Keep)
         );
         let words: Vec<String> = d
             .words()
@@ -263,7 +270,8 @@ mod tests {
             (&["TOKENBUCKET", "0", "1"], "ERR capacity must be a whole number from 1 to 2^53-1"),
             (&["TOKENBUCKET", "1"], "ERR syntax error: TOKENBUCKET needs 2 parameters"),
             (&["TOKENBUCKET", "1", "1", "COST", "2"], "ERR syntax error: COST is a request's option, not a policy's: give it to RL.CHECK"),
-            (&["TOKENBUCKET", "1", "1", "ON-CHANGE", "MAYBE"], "ERR ON-CHANGE must be KEEP, SCALE or RESET"),
+            (&["TOKENBUCKET", "1", "1", "ON-CHANGE", "MAYBE"], "ERR ON-CHANGE must be KEEP"),
+            (&["TOKENBUCKET", "1", "1", "ON-CHANGE", "RESET"], "ERR syntax error: ON-CHANGE RESET is not offered yet (keys do not record a policy version): KEEP only"),
             (&["TOKENBUCKET", "1", "1", "FOO"], "ERR syntax error: unknown option 'FOO'"),
         ];
         for (words, expected) in cases {

@@ -19,8 +19,10 @@ use crate::algorithms::partial::Grant;
 use crate::algorithms::Mode;
 use crate::error::CommandError;
 use crate::parse::{self, AcquireArgs, AllArgs, CheckOptions, Tier};
+use crate::policies::Counters;
 use crate::redis_cell::ClThrottleArgs;
 use crate::replay::Command;
+use std::sync::Arc;
 
 /// What a client asked for, parsed.
 pub enum Request {
@@ -36,6 +38,13 @@ pub enum Request {
     },
     /// `RL.ALL`.
     All(AllArgs),
+    /// `RL.CHECK`: the inline request its policy stands for, and the
+    /// policy's counters (`INFO ratelimit`), counted beside the inline
+    /// command's.
+    Policy {
+        request: Box<Request>,
+        counters: Arc<Counters>,
+    },
 }
 
 impl Request {
@@ -65,6 +74,7 @@ impl Request {
             Request::Throttle(_) => (Command::ClThrottle, 2),
             Request::Acquire { .. } => (Command::Acquire, 2),
             Request::All(_) => (Command::All, 1),
+            Request::Policy { request, .. } => request.replayed_as(),
         }
     }
 
@@ -75,6 +85,7 @@ impl Request {
             Request::All(all) => peek_or_take(&all.options),
             Request::Throttle(throttle) => throttle.mode,
             Request::Acquire { .. } => Mode::Take,
+            Request::Policy { request, .. } => request.mode(),
         }
     }
 
@@ -85,6 +96,7 @@ impl Request {
             Request::All(all) => all.options.block_ms,
             Request::Acquire { args, .. } => args.block_ms,
             Request::Throttle(_) => None,
+            Request::Policy { request, .. } => request.block_ms(),
         }
     }
 
@@ -93,7 +105,10 @@ impl Request {
     /// for an acquire it is when the first lease ends, and a release may come
     /// sooner.
     pub fn retry_is_known(&self) -> bool {
-        !matches!(self, Request::Acquire { .. })
+        match self {
+            Request::Policy { request, .. } => request.retry_is_known(),
+            other => !matches!(other, Request::Acquire { .. }),
+        }
     }
 
     /// The id the server drew for an acquire, which its replay carries.
@@ -102,6 +117,7 @@ impl Request {
             Request::Acquire {
                 id, drawn: true, ..
             } => Some(id),
+            Request::Policy { request, .. } => request.drawn_id(),
             _ => None,
         }
     }
@@ -112,6 +128,7 @@ impl Request {
             Request::Check { options, .. } => options.shadow,
             Request::All(all) => all.options.shadow,
             Request::Throttle(_) | Request::Acquire { .. } => false,
+            Request::Policy { request, .. } => request.shadow(),
         }
     }
 
@@ -122,6 +139,7 @@ impl Request {
             Request::Throttle(_) => &stats::CL_THROTTLE,
             Request::Acquire { .. } => &stats::ACQUIRE,
             Request::All(_) => &stats::ALL,
+            Request::Policy { request, .. } => request.counter(),
         }
     }
 
@@ -182,6 +200,7 @@ impl Request {
                 let (combined, tiers) = all(run, keys, args, mode)?;
                 Outcome::All(combined, tiers)
             }
+            Request::Policy { request, .. } => request.decide(run, keys, mode)?,
         })
     }
 }
@@ -230,6 +249,9 @@ pub fn tally(ctx: Ctx<'_>, request: &Request, keys: &[KeyName<'_>], outcome: &Ou
     if request.mode() == Mode::Take {
         let allowed = outcome.decision().allowed;
         request.counter().count(allowed, shadow);
+        if let Request::Policy { counters, .. } = request {
+            counters.count(allowed, shadow);
+        }
         if !allowed {
             for key in outcome.denying(keys) {
                 on_denied(ctx, key, shadow);

@@ -14,6 +14,8 @@ mod top;
 
 use std::ffi::{CStr, CString};
 
+pub use policy::restate as restate_policies;
+
 use super::command_info::{
     arg, double, integer, key, pure_token, string, Arg, ArgKind, Doc, KeyPosition, KeySpec, ACCESS,
     DELETE, FIRST_RELEASE, OW, RO, RW, UPDATE,
@@ -361,7 +363,7 @@ fn policy_commands() -> [Command; 2] {
             flags: c"may-replicate",
             keys: (0, 0, 0),
             doc: Doc {
-                summary: "Named policies: SET name <tier> [<tier> ...] [PENALTY duration] [SHADOW] [ON-CHANGE KEEP|SCALE|RESET] [DRYRUN] defines one (a tier as RL.ALL takes a spec) and replies its version; GET name, LIST, DEL name, HISTORY name (the last 5 versions), ROLLBACK name version (that version current again, as a new version), DIGEST (a hex digest of every policy, equal on nodes holding the same). Held in module memory: not keys, FLUSHALL keeps them; saved in the RDB, propagated to replicas and the AOF.",
+                summary: "Named policies: SET name <tier> [<tier> ...] [PENALTY duration] [SHADOW] [ON-CHANGE KEEP] [DRYRUN] defines one (a tier as RL.ALL takes a spec) and replies its version; GET name, LIST, DEL name, HISTORY name (the last 5 versions), ROLLBACK name version (that version current again, as a new version), DIGEST (a hex digest of every policy, equal on nodes holding the same). Held in module memory: not keys, FLUSHALL keeps them; saved in the RDB, propagated to replicas and the AOF.",
                 since: FIRST_RELEASE,
                 complexity: "O(N) where N is the size of the definitions read or written (LIST and DIGEST: of all policies)",
                 keys: super::command_info::NO_KEYS,
@@ -374,7 +376,10 @@ fn policy_commands() -> [Command; 2] {
         Command {
             name: CString::from(c"rl.check"),
             handler: policy::check_command,
-            flags: c"write getkeys-api",
+            // Not `write`: a replica answers `RL.CHECK ... PEEK` (the
+            // command itself refuses anything else there, as Redis refuses
+            // a write). may-replicate: CLIENT PAUSE WRITE holds it back.
+            flags: c"may-replicate getkeys-api",
             keys: (0, 0, 0),
             doc: Doc {
                 summary: "Checks keys against a named policy (RL.POLICY): one key per tier of the policy, answered exactly as the inline command with the policy's parameters (one tier: that algorithm's command; several: RL.ALL), the policy's PENALTY and SHADOW applied. An unknown policy is an error naming it, never an allow.",

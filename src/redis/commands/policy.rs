@@ -141,8 +141,8 @@ fn del(ctx: Ctx<'_>, _args: &Args<'_>, rest: &[&[u8]]) -> Result<Status, Command
 }
 
 /// `LOAD name version <definition>`: a change as the primary made it (a
-/// replica's, an AOF file's). A version the policy holds already as its
-/// current one with that definition is not loaded twice.
+/// replica's, an AOF file's); a version not above the policy's current one
+/// changes nothing.
 fn load(ctx: Ctx<'_>, _args: &Args<'_>, rest: &[&[u8]]) -> Result<Status, CommandError> {
     if !ctx.sent_by_primary_or_aof() {
         return Err(CommandError::internal_command());
@@ -154,11 +154,11 @@ fn load(ctx: Ctx<'_>, _args: &Args<'_>, rest: &[&[u8]]) -> Result<Status, Comman
     let at = version(at)?;
     let (definition, _) = definition(words)?;
     let mut store = store();
-    let held = store
-        .get(policy)
-        .and_then(|p| p.current())
-        .is_some_and(|c| c.version == at && *c.definition == definition);
-    if !held {
+    // Versions only increase: a version at or below the current one is
+    // held already (an AOF file's restatement after its rewritten base, a
+    // replica's copy of it).
+    let newer = store.get(policy).is_none_or(|p| at > p.version());
+    if newer {
         store.load(policy, at, definition);
     }
     ctx.replicate_verbatim();
@@ -261,10 +261,20 @@ fn check_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
 
 fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
     let policy = args.bytes(1).ok_or(CommandError::Arity)?;
-    let definition: Arc<Definition> = {
+    // One lock, three reference counts: the version's definition, its
+    // inline specs and the policy's counters, together, so a change made
+    // after this is not half seen.
+    let (definition, specs, counters): (Arc<Definition>, _, _) = {
         let store = store();
-        let current = store.get(policy).and_then(|p| p.current());
-        current.map(|c| Arc::clone(&c.definition))
+        let held = store.get(policy);
+        let current = held.and_then(|p| p.current().map(|c| (p, c)));
+        current.map(|(p, c)| {
+            (
+                Arc::clone(&c.definition),
+                Arc::clone(&c.specs),
+                Arc::clone(&p.counters),
+            )
+        })
     }
     .ok_or_else(|| no_policy(policy))?;
     let n = definition.tiers.len();
@@ -281,6 +291,11 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
             error
         }
     })?;
+    if !options.peek && ctx.is_replica() && !ctx.sent_by_primary_or_aof() {
+        return Err(CommandError::Reply(
+            "READONLY You can't write against a read only replica.".into(),
+        ));
+    }
     // The policy's PENALTY and SHADOW, except on a peek (which changes
     // nothing, so neither applies: the inline command refuses them there).
     if !options.peek {
@@ -288,9 +303,14 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
         options.shadow = definition.shadow;
         crate::parse::options::exclusive(&options)?;
     }
-    let inline = inline_words(&definition, &keys, &words, &options);
-    let mut owned = OwnedArgs::new(inline.iter().map(Vec::as_slice));
-    let inline_args = owned.args();
+    let inline = inline_words(&specs, &keys, &words, &options);
+    // The inline command as arguments, for a wait to keep (only `BLOCK`
+    // waits; the replay is built from `inline` by the run itself).
+    let mut owned = options
+        .block_ms
+        .is_some()
+        .then(|| OwnedArgs::new(inline.iter().map(Vec::as_slice)));
+    let inline_args = owned.as_mut().map(OwnedArgs::args);
     let (request, command, glue_at) = match definition.tiers.as_slice() {
         [tier] => (
             Request::Check {
@@ -310,7 +330,16 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
         ),
     };
     let run = Run::woken(ctx, command, glue_at, &inline);
-    Ok(respond(&run, &inline_args, request, &keys))
+    let request = Request::Policy {
+        request: Box::new(request),
+        counters,
+    };
+    Ok(respond(
+        &run,
+        inline_args.as_ref().unwrap_or(args),
+        request,
+        &keys,
+    ))
 }
 
 fn wrong_keys(policy: &[u8], n: usize) -> CommandError {
@@ -329,30 +358,21 @@ fn wrong_keys(policy: &[u8], n: usize) -> CommandError {
 /// <params> [options]` for one tier, `RL.ALL n key ... <specs> [options]`
 /// for several; what it waits and replays as.
 fn inline_words(
-    definition: &Definition,
+    specs: &[Vec<u8>],
     keys: &[KeyName<'_>],
     request_words: &[&[u8]],
     options: &CheckOptions,
 ) -> Vec<Vec<u8>> {
-    let specs = Definition {
-        tiers: definition.tiers.clone(),
-        penalty_ms: None,
-        shadow: false,
-        on_change: Default::default(),
-    }
-    .words();
     let mut out: Vec<Vec<u8>> = Vec::with_capacity(specs.len() + keys.len() + 8);
-    if let [_] = keys {
-        let mut specs = specs.into_iter();
-        let algorithm = specs.next().unwrap_or_default();
-        out.push([&b"RL."[..], &algorithm].concat());
+    if let ([_], Some((algorithm, params))) = (keys, specs.split_first()) {
+        out.push([&b"RL."[..], algorithm].concat());
         out.extend(keys.iter().map(|k| k.bytes().to_vec()));
-        out.extend(specs);
+        out.extend(params.iter().cloned());
     } else {
         out.push(b"RL.ALL".to_vec());
         out.push(keys.len().to_string().into_bytes());
         out.extend(keys.iter().map(|k| k.bytes().to_vec()));
-        out.extend(specs);
+        out.extend(specs.iter().cloned());
     }
     out.extend(request_words.iter().map(|w| w.to_vec()));
     if let Some(ms) = options.penalty_ms {
@@ -363,4 +383,27 @@ fn inline_words(
         out.push(b"SHADOW".to_vec());
     }
     out
+}
+
+/// Restates every policy, each kept version oldest first, as `LOAD`s
+/// (called right after a fork, in the parent). Under `aof-use-rdb-preamble
+/// no`, Redis 7.0 rewrites the AOF as commands made from keys only (module
+/// aux data is written to RDB files alone): the rewritten base holds no
+/// policy. A rewrite opens its new incremental file before it forks, so the
+/// `LOAD`s propagated now land right after that base, and a restart from
+/// base and increment holds every policy. Where they reach a server holding
+/// the policies already (a replica, a replay after an RDB preamble), they
+/// change nothing. Not while writes are paused: Redis forbids propagating
+/// then (`docs/operations.md#policies` says what that leaves).
+pub fn restate(ctx: Ctx<'_>) {
+    if !ctx.aof_on() || writes_paused() {
+        return;
+    }
+    let store = store();
+    for (policy, held) in store.iter() {
+        let kept: Vec<_> = held.history().collect();
+        for version in kept.into_iter().rev() {
+            propagate_load(ctx, policy, version.version, &version.words);
+        }
+    }
 }
