@@ -373,6 +373,11 @@ export class Rule {
     }
     if (options.cost !== undefined && typeof options.cost !== "function") integer(options.cost, "cost");
     if (options.penalty !== undefined) durationMs(options.penalty, "penalty");
+    if ((options.penalty !== undefined || options.shadow === true) && limits.some((l) => l instanceof NamedPolicy)) {
+      throw new TypeError(
+        "a rule with a named policy takes no penalty or shadow: they are the policy's own (PENALTY, SHADOW in its definition), set where it is defined",
+      );
+    }
     for (const flag of ["failOpen", "legacyHeaders", "ietfHeaders", "shadow"] as const) {
       if (options[flag] !== undefined && typeof options[flag] !== "boolean") {
         throw new TypeError(`${flag} must be true or false, not ${JSON.stringify(options[flag])}`);

@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { after, before, beforeEach, describe, it } from "node:test";
 import express from "express";
 import Fastify from "fastify";
+import { Redis } from "ioredis";
 import { rateLimit as expressRateLimit } from "express-rate-limit";
 import {
   FixedWindow,
@@ -18,6 +19,7 @@ import {
   PolicySyncError,
   RateLimiter,
   RedisRatelimitStore,
+  Rule,
   fastifyRateLimit,
   SlidingCounter,
   SlidingLog,
@@ -49,8 +51,7 @@ const PLANS = {
     tiers: [
       { algorithm: "tokenbucket", capacity: 20, rate: 5 },
       { algorithm: "fixedwindow", limit: 10000, window: "1d" },
-    ],
-    on_change: "scale",
+    ]
   },
   "plan:enterprise": "TOKENBUCKET 200 50 SLIDINGCOUNTER 1000000 1d PRECISION 24",
 };
@@ -69,7 +70,7 @@ describe("without a server", () => {
   });
 
   it("the structured form is the limit classes' fields; bad ones say what is wrong", () => {
-    assert.deepEqual(policyWords(PLANS["plan:pro"]), ["TOKENBUCKET", 20, "5", "FIXEDWINDOW", 10000, "86400000ms", "ON-CHANGE", "SCALE"]);
+    assert.deepEqual(policyWords(PLANS["plan:pro"]), ["TOKENBUCKET", 20, "5", "FIXEDWINDOW", 10000, "86400000ms"]);
     assert.deepEqual(policyWords("TOKENBUCKET 1 2"), ["TOKENBUCKET", "1", "2"]);
     const bad: Array<[unknown, RegExp]> = [
       [{ tiers: [] }, /non-empty/],
@@ -89,6 +90,14 @@ describe("without a server", () => {
     assert.deepEqual(policyKeys("rl:{ip:1}:api", 2), ["rl:{ip:1}:api:0", "rl:{ip:1}:api:1"]);
     for (const keys of [policyKeys("user:42", 3), policyKeys("rl:{ip:1}:api", 2)]) {
       assert.equal(new Set(keys.map(keySlot)).size, 1);
+    }
+  });
+
+  it("a rule leaves penalty and shadow to its policy", () => {
+    for (const option of [{ penalty: "1h" }, { shadow: true }]) {
+      const lazy = new Redis({ lazyConnect: true });
+      assert.throws(() => new Rule({ redis: lazy, limits: new NamedPolicy("plan:free"), ...option }), /the policy's own/);
+      lazy.disconnect();
     }
   });
 

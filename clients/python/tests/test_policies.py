@@ -63,8 +63,7 @@ PLANS: dict[str, Any] = {
         "tiers": [
             {"algorithm": "tokenbucket", "capacity": 20, "rate": 5},
             {"algorithm": "fixedwindow", "limit": 10000, "window": "1d"},
-        ],
-        "on_change": "scale",
+        ]
     },
     "plan:enterprise": "TOKENBUCKET 200 50 SLIDINGCOUNTER 1000000 1d PRECISION 24",
 }
@@ -86,7 +85,7 @@ def test_a_definitions_words_read_back_to_the_inline_limit(limit: Limit) -> None
 
 def test_the_structured_form_is_the_limit_classes_fields() -> None:
     assert definition_words(PLANS["plan:pro"]) == [
-        "TOKENBUCKET", 20, "5", "FIXEDWINDOW", 10000, "1d", "ON-CHANGE", "SCALE",
+        "TOKENBUCKET", 20, "5", "FIXEDWINDOW", 10000, "1d",
     ]  # fmt: skip
     assert definition_words("TOKENBUCKET 1 2") == ["TOKENBUCKET", "1", "2"]
     assert definition_words(["GCRA", 1, 2, "1s"]) == ["GCRA", 1, 2, "1s"]
@@ -119,6 +118,12 @@ def test_a_policy_of_several_tiers_keys_each_tier_in_one_slot() -> None:
     assert tagged == ["rl:{ip:10.0.0.7}:api:0", "rl:{ip:10.0.0.7}:api:1"]
     for keys in (policy_keys("user:42", 3), tagged):
         assert len({key_slot(str(k).encode()) for k in keys}) == 1
+
+
+def test_a_rule_leaves_penalty_and_shadow_to_its_policy() -> None:
+    for option in ({"penalty": "1h"}, {"shadow": True}):
+        with pytest.raises(ValueError, match="the policy's own"):
+            Rule([FixedWindow(1, 60), NamedPolicy("plan:free")], **option)
 
 
 def test_a_named_policys_name_is_checked_when_made() -> None:

@@ -508,6 +508,11 @@ class Rule:
             _check_bool(flag, value)
         if penalty is not None:
             check_duration("penalty", penalty)
+        if (penalty is not None or shadow) and any(isinstance(t.limit, NamedPolicy) for t in tiers):
+            raise ValueError(
+                "a rule with a named policy takes no penalty= or shadow=: they are the "
+                "policy's own (PENALTY, SHADOW in its definition), set where it is defined"
+            )
         if on_missing_identity not in ("shared", "refuse", "exempt"):
             raise ValueError(
                 f'on_missing_identity must be "shared", "refuse" or "exempt", '
