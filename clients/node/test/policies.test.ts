@@ -304,6 +304,21 @@ describe("middleware by policy name", () => {
     }
   });
 
+  it("a rule on an undefined policy says so at start-up; one deleted later takes the fail mode", async () => {
+    const logger = { warn: () => undefined, error: () => undefined, info: () => undefined };
+    const missing = new Rule({ redis: conn.client, limits: new NamedPolicy("plan:nobody"), scope: "m", logger });
+    const error = await missing.started;
+    assert.ok(error instanceof PolicyNotFoundError && error.policy === "plan:nobody");
+    await conn.raw("RL.POLICY", "SET", "plan:soon-gone", "FIXEDWINDOW", "5", "1h");
+    const rule = new Rule({ redis: conn.client, limits: new NamedPolicy("plan:soon-gone"), failOpen: false, scope: "g", logger });
+    assert.equal(await rule.started, undefined);
+    const request = { method: "GET", path: "/", headers: {}, ip: "10.0.0.7", raw: {} };
+    assert.equal((await rule.decide(request)).action, "pass");
+    await conn.raw("RL.POLICY", "DEL", "plan:soon-gone");
+    const verdict = await rule.decide(request);
+    assert.equal(verdict.action === "respond" ? verdict.status : 200, 503);
+  });
+
   it("Fastify: 429 with the policy's headers", async () => {
     await conn.raw("RL.POLICY", "SET", "plan:f", "TOKENBUCKET", "2", "1");
     const app = Fastify();

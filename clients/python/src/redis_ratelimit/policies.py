@@ -584,8 +584,3 @@ def sync_policies(
             report,
         )
     return report
-
-
-def policy_words(words: Iterable[Any]) -> list[str]:
-    """`words` as text (for messages and comparisons)."""
-    return [_text(w) for w in words]
