@@ -63,9 +63,9 @@ class AsyncRateLimiter:
             if cached is not None:
                 return cast(T, cached)
         route: dict[str, object] = {}
-        if isinstance(self.redis, RedisCluster) and command.every_primary:
+        if command.every_primary and isinstance(self.redis, RedisCluster):
             route = {"target_nodes": self.redis.get_primaries()}
-        elif isinstance(self.redis, RedisCluster) and command.any_node:
+        elif command.any_node and isinstance(self.redis, RedisCluster):
             route = {"target_nodes": self.redis.get_default_node()}
         try:
             reply = await self.redis.execute_command(*command.words, **route)

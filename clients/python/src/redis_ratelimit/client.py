@@ -65,9 +65,9 @@ class RateLimiter:
             if cached is not None:
                 return cast(T, cached)
         route: dict[str, object] = {}
-        if isinstance(self.redis, RedisCluster) and command.every_primary:
+        if command.every_primary and isinstance(self.redis, RedisCluster):
             route = {"target_nodes": self.redis.get_primaries()}  # type: ignore[no-untyped-call]
-        elif isinstance(self.redis, RedisCluster) and command.any_node:
+        elif command.any_node and isinstance(self.redis, RedisCluster):
             route = {"target_nodes": self.redis.get_default_node()}  # type: ignore[no-untyped-call]
         try:
             # redis-py leaves the sync execute_command unannotated.
