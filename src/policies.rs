@@ -27,20 +27,20 @@ pub struct Version {
     pub definition: Arc<Definition>,
     /// The definition's normalised words (`Definition::words`).
     pub words: Arc<Vec<Vec<u8>>>,
-    /// Its tiers' specs alone (`Definition::spec_words`), made once: the
-    /// words of the inline command each check stands for.
-    pub specs: Arc<Vec<Vec<u8>>>,
+    /// The words, space-separated: what a check's replay carries in place
+    /// of the policy's name (`RL.APPLYCHECK`), made once.
+    pub replayed: Arc<Vec<u8>>,
 }
 
 impl Version {
     fn new(version: u64, definition: Definition) -> Self {
         let words = Arc::new(definition.words());
-        let specs = Arc::new(definition.spec_words());
+        let replayed = Arc::new(words.join(&b' '));
         Self {
             version,
             definition: Arc::new(definition),
             words,
-            specs,
+            replayed,
         }
     }
 }

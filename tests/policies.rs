@@ -328,6 +328,11 @@ fn a_check_by_a_missing_or_deleted_policy_is_an_error_naming_it() {
         "ERR syntax error: RL.CHECK takes COST, PEEK and BLOCK; SHADOW is not offered"
     );
     assert!(!exists(&mut con, "a"));
+    // The replay of a check is for a primary's link and the AOF only.
+    assert!(
+        error_of(&mut con, &["RL.APPLYCHECK", "TOKENBUCKET 1 1", "a"])
+            .starts_with("ERR this command is how replicas and AOF files receive changes")
+    );
 }
 
 #[test]
@@ -589,6 +594,9 @@ fn aof_restart(preamble: &str, rewrite: bool) {
     }
     let before = policies_of(&mut con);
     let history = run(&mut con, &["RL.POLICY", "HISTORY", "a"]).unwrap();
+    // The key a check by name changed comes back too (its replay).
+    let state = dump(&mut con, "k");
+    assert!(state.is_some());
     drop(con);
     server.shutdown_nosave();
     server.launch();
@@ -602,6 +610,7 @@ fn aof_restart(preamble: &str, rewrite: bool) {
         run(&mut con, &["RL.POLICY", "HISTORY", "a"]).unwrap(),
         history
     );
+    assert_eq!(dump(&mut con, "k"), state);
 }
 
 #[test]

@@ -57,7 +57,10 @@ impl Definition {
     /// defines it again, and two nodes holding the same definition hold the
     /// same words (the digest is taken over them).
     pub fn words(&self) -> Vec<Vec<u8>> {
-        let mut out = self.spec_words();
+        let mut out = Vec::new();
+        for tier in &self.tiers {
+            out.extend(tier.visit(SpecWords).into_iter().map(String::into_bytes));
+        }
         if let Some(ms) = self.penalty_ms {
             out.push(b"PENALTY".to_vec());
             out.push(duration_word(ms).into_bytes());
@@ -66,17 +69,6 @@ impl Definition {
             out.push(b"SHADOW".to_vec());
         }
         // ON-CHANGE KEEP, the only strategy, is the default: not written.
-        out
-    }
-}
-
-impl Definition {
-    /// The tiers' specs alone, as `RL.ALL` takes them (normalised).
-    pub fn spec_words(&self) -> Vec<Vec<u8>> {
-        let mut out = Vec::new();
-        for tier in &self.tiers {
-            out.extend(tier.visit(SpecWords).into_iter().map(String::into_bytes));
-        }
         out
     }
 }

@@ -62,7 +62,9 @@ impl Request {
             Command::ClThrottle => crate::redis_cell::cl_throttle(words).map(Request::Throttle),
             Command::Acquire => acquire_request(words, drawn_id),
             Command::All => parse::all(words).map(Request::All),
-            Command::Release | Command::Refund => Err(CommandError::invalid_state("not a request")),
+            Command::Release | Command::Refund | Command::Policy => {
+                Err(CommandError::invalid_state("not a request"))
+            }
         }
     }
 
@@ -74,7 +76,8 @@ impl Request {
             Request::Throttle(_) => (Command::ClThrottle, 2),
             Request::Acquire { .. } => (Command::Acquire, 2),
             Request::All(_) => (Command::All, 1),
-            Request::Policy { request, .. } => request.replayed_as(),
+            // Replayed as RL.CHECK, its definition in place of its name.
+            Request::Policy { .. } => (Command::Policy, 1),
         }
     }
 

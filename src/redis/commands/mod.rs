@@ -319,6 +319,26 @@ pub fn table() -> Vec<Command> {
                 ],
             },
         },
+        Command {
+            name: CString::from(c"rl.applycheck"),
+            handler: apply::apply_check_command,
+            flags: c"write getkeys-api",
+            keys: (0, 0, 0),
+            doc: Doc {
+                summary: "A replay of RL.CHECK: how replicas and AOF files receive what it changed (RL.CHECK's words, the policy's definition in place of its name, with the primary's time and settings pinned in a header glued to it). Only a primary or an AOF file may send it.",
+                since: FIRST_RELEASE,
+                complexity: "The complexity of the RL.CHECK replayed",
+                keys: KeySpec {
+                    position: KeyPosition::AfterPolicyName,
+                    flags: RW | ACCESS | UPDATE,
+                },
+                args: vec![
+                    string("definition", "The header, then the policy's definition (its words, space-separated)."),
+                    key("RL.CHECK's keys.").multiple(),
+                    string("word", "RL.CHECK's options.").optional().multiple(),
+                ],
+            },
+        },
         // Its keys are counted by `numkeys`: Redis asks the command itself
         // where they are (getkeys-api), for cluster routing and COMMAND GETKEYS.
         Command {

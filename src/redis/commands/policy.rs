@@ -15,7 +15,7 @@ use super::super::request::Request;
 use super::super::respond::respond;
 use crate::error::{shown, CommandError};
 use crate::parse::policy::{check_request_options, definition, name, version, Definition};
-use crate::parse::{AllArgs, CheckOptions};
+use crate::parse::AllArgs;
 use crate::policies::{store, Changed};
 use crate::replay::Command;
 
@@ -262,16 +262,16 @@ fn check_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
 fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
     let policy = args.bytes(1).ok_or(CommandError::Arity)?;
     // One lock, three reference counts: the version's definition, its
-    // inline specs and the policy's counters, together, so a change made
+    // replayed words and the policy's counters, together, so a change made
     // after this is not half seen.
-    let (definition, specs, counters): (Arc<Definition>, _, _) = {
+    let (definition, replayed, counters): (Arc<Definition>, Arc<Vec<u8>>, _) = {
         let store = store();
         let held = store.get(policy);
         let current = held.and_then(|p| p.current().map(|c| (p, c)));
         current.map(|(p, c)| {
             (
                 Arc::clone(&c.definition),
-                Arc::clone(&c.specs),
+                Arc::clone(&c.replayed),
                 Arc::clone(&p.counters),
             )
         })
@@ -283,7 +283,7 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
     }
     let keys: Vec<KeyName<'_>> = (2..2 + n).filter_map(|i| args.key(i)).collect();
     let words = args.bytes_from(2 + n);
-    let mut options = check_request_options(&words).map_err(|error| {
+    let request = request_of(&definition, &words).map_err(|error| {
         // A word that is no option may be a key too many.
         if error.text().starts_with("ERR syntax error: unknown option") {
             wrong_keys(policy, n)
@@ -291,11 +291,44 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
             error
         }
     })?;
-    if !options.peek && ctx.is_replica() && !ctx.sent_by_primary_or_aof() {
+    if request.mode() == crate::algorithms::Mode::Take
+        && ctx.is_replica()
+        && !ctx.sent_by_primary_or_aof()
+    {
         return Err(CommandError::Reply(
             "READONLY You can't write against a read only replica.".into(),
         ));
     }
+    // A check that waits keeps its command as words, for its replay when
+    // it is served: RL.CHECK's, the definition in place of the name.
+    let mut waiting = request.block_ms().is_some().then(|| {
+        let all = (0..args.len()).filter_map(|i| args.bytes(i));
+        OwnedArgs::new(
+            all.enumerate()
+                .map(|(i, word)| if i == 1 { &replayed[..] } else { word }),
+        )
+    });
+    let waiting_args = waiting.as_mut().map(OwnedArgs::args);
+    let run = Run::live_glued(ctx, Command::Policy, 1, &replayed);
+    let request = Request::Policy {
+        request: Box::new(request),
+        counters,
+    };
+    Ok(respond(
+        &run,
+        waiting_args.as_ref().unwrap_or(args),
+        request,
+        &keys,
+    ))
+}
+
+/// The request a check of `definition` makes with the options `words`
+/// (after the keys): on the primary, and where its replay runs.
+pub(super) fn request_of(
+    definition: &Definition,
+    words: &[&[u8]],
+) -> Result<Request, CommandError> {
+    let mut options = check_request_options(words)?;
     // The policy's PENALTY and SHADOW, except on a peek (which changes
     // nothing, so neither applies: the inline command refuses them there).
     if !options.peek {
@@ -303,43 +336,27 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
         options.shadow = definition.shadow;
         crate::parse::options::exclusive(&options)?;
     }
-    let inline = inline_words(&specs, &keys, &words, &options);
-    // The inline command as arguments, for a wait to keep (only `BLOCK`
-    // waits; the replay is built from `inline` by the run itself).
-    let mut owned = options
-        .block_ms
-        .is_some()
-        .then(|| OwnedArgs::new(inline.iter().map(Vec::as_slice)));
-    let inline_args = owned.as_mut().map(OwnedArgs::args);
-    let (request, command, glue_at) = match definition.tiers.as_slice() {
-        [tier] => (
-            Request::Check {
-                tier: *tier,
-                options,
-            },
-            Command::Check(tier.tag()),
-            2,
-        ),
-        tiers => (
-            Request::All(AllArgs {
-                tiers: tiers.to_vec(),
-                options,
-            }),
-            Command::All,
-            1,
-        ),
-    };
-    let run = Run::woken(ctx, command, glue_at, &inline);
-    let request = Request::Policy {
-        request: Box::new(request),
-        counters,
-    };
-    Ok(respond(
-        &run,
-        inline_args.as_ref().unwrap_or(args),
-        request,
-        &keys,
-    ))
+    Ok(match definition.tiers.as_slice() {
+        [tier] => Request::Check {
+            tier: *tier,
+            options,
+        },
+        tiers => Request::All(AllArgs {
+            tiers: tiers.to_vec(),
+            options,
+        }),
+    })
+}
+
+/// The definition a replay carries (its words, space-separated).
+pub(super) fn replayed_definition(word: &[u8]) -> Result<Definition, CommandError> {
+    let words: Vec<&[u8]> = word.split(|&b| b == b' ').collect();
+    match definition(&words)? {
+        (definition, false) => Ok(definition),
+        (_, true) => Err(CommandError::invalid_state(
+            "a replayed policy has no DRYRUN",
+        )),
+    }
 }
 
 fn wrong_keys(policy: &[u8], n: usize) -> CommandError {
@@ -352,37 +369,6 @@ fn wrong_keys(policy: &[u8], n: usize) -> CommandError {
         )
         .into(),
     )
-}
-
-/// The inline command a check by name stands for: `RL.<ALGORITHM> key
-/// <params> [options]` for one tier, `RL.ALL n key ... <specs> [options]`
-/// for several; what it waits and replays as.
-fn inline_words(
-    specs: &[Vec<u8>],
-    keys: &[KeyName<'_>],
-    request_words: &[&[u8]],
-    options: &CheckOptions,
-) -> Vec<Vec<u8>> {
-    let mut out: Vec<Vec<u8>> = Vec::with_capacity(specs.len() + keys.len() + 8);
-    if let ([_], Some((algorithm, params))) = (keys, specs.split_first()) {
-        out.push([&b"RL."[..], algorithm].concat());
-        out.extend(keys.iter().map(|k| k.bytes().to_vec()));
-        out.extend(params.iter().cloned());
-    } else {
-        out.push(b"RL.ALL".to_vec());
-        out.push(keys.len().to_string().into_bytes());
-        out.extend(keys.iter().map(|k| k.bytes().to_vec()));
-        out.extend(specs.iter().cloned());
-    }
-    out.extend(request_words.iter().map(|w| w.to_vec()));
-    if let Some(ms) = options.penalty_ms {
-        out.push(b"PENALTY".to_vec());
-        out.push(crate::words::syntax::duration_word(ms).into_bytes());
-    }
-    if options.shadow {
-        out.push(b"SHADOW".to_vec());
-    }
-    out
 }
 
 /// Restates every policy, each kept version oldest first, as `LOAD`s
