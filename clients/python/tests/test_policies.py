@@ -43,7 +43,7 @@ from redis_ratelimit import (
 from redis_ratelimit.policies import definition_words, parse_definition
 from redis_ratelimit.web import RateLimitMiddleware, RateLimitWSGIMiddleware, Rule
 
-from .servers import Cluster, Server
+from .servers import Cluster, Server, wait_for
 from .test_frameworks import django_settings
 
 __all__ = ["django_settings"]
@@ -228,6 +228,23 @@ def test_a_policy_of_three_tiers_answers_as_rl_all(clean: redis.Redis) -> None:
         ]
     assert not by_name.allowed  # the fixed window's 3 bound
     assert sorted(clean.keys("{a}:*")) == [b"{a}:0", b"{a}:1", b"{a}:2"]
+
+
+def test_a_replica_answers_a_peek_by_name(clean: redis.Redis) -> None:
+    port = clean.connection_pool.connection_kwargs["port"]
+    replica = Server(args=("--replicaof", "127.0.0.1", str(port)))
+    try:
+        follower = redis.Redis(port=replica.port)
+        define(clean, "plan:read", "FIXEDWINDOW", 5, "1h")
+        limiter = RateLimiter(clean)
+        limiter.check("k", NamedPolicy("plan:read"), cost=2)
+        wait_for("the replica to hold the key", 10, lambda: bool(follower.exists("k")))
+        peeked = RateLimiter(follower).peek("k", NamedPolicy("plan:read"))
+        assert (peeked.allowed, peeked.limit, peeked.remaining) == (True, 5, 3)
+        assert peeked.policy is not None and peeked.policy.window is not None
+        follower.close()
+    finally:
+        replica.stop()
 
 
 def test_a_check_by_a_deleted_policy_raises_naming_it(clean: redis.Redis) -> None:
