@@ -194,7 +194,7 @@ function structuredTier(tier: unknown, n: number): Limit {
   }
   // Durations in a file: numbers are seconds, as the server reads them (not
   // this client's milliseconds): a file is the server's words, structured.
-  const d = (v: unknown): Duration => (typeof v === "number" ? `${v}s` : (v as string));
+  const d = (v: unknown): Duration => (typeof v === "number" ? `${v}s` : typeof v === "string" ? durationWord(v) : (v as string));
   try {
     switch (name) {
       case "tokenbucket":
@@ -251,7 +251,7 @@ export function policyWords(definition: unknown): Arg[] {
     }
     if (form.penalty !== undefined) {
       if (typeof form.penalty !== "string" && typeof form.penalty !== "number") throw new RangeError(`"penalty" must be a duration ("30s"), not ${JSON.stringify(form.penalty)}`);
-      out.penalty = typeof form.penalty === "number" ? `${form.penalty}s` : form.penalty;
+      out.penalty = typeof form.penalty === "number" ? `${form.penalty}s` : durationWord(form.penalty);
     }
     return definitionWords(out);
   }

@@ -72,6 +72,9 @@ describe("without a server", () => {
   it("the structured form is the limit classes' fields; bad ones say what is wrong", () => {
     assert.deepEqual(policyWords(PLANS["plan:pro"]), ["TOKENBUCKET", 20, "5", "FIXEDWINDOW", 10000, "86400000ms"]);
     assert.deepEqual(policyWords("TOKENBUCKET 1 2"), ["TOKENBUCKET", "1", "2"]);
+    // Durations in a file are the server's: a number, or a string without a unit, is seconds.
+    const window = (w: unknown): unknown => policyWords({ tiers: [{ algorithm: "fixedwindow", limit: 1, window: w }] })[2];
+    assert.deepEqual([window(60), window("60"), window("1m"), window("250ms")], ["60000ms", "60000ms", "60000ms", "250ms"]);
     const bad: Array<[unknown, RegExp]> = [
       [{ tiers: [] }, /non-empty/],
       [{ tiers: [{ algorithm: "bucket" }] }, /unknown algorithm "bucket"/],
