@@ -90,9 +90,8 @@ def test_the_structured_form_is_the_limit_classes_fields() -> None:
     assert definition_words("TOKENBUCKET 1 2") == ["TOKENBUCKET", "1", "2"]
 
     def window(w: Any) -> Any:
-        return definition_words({"tiers": [{"algorithm": "fixedwindow", "limit": 1, "window": w}]})[
-            2
-        ]
+        tier = {"algorithm": "fixedwindow", "limit": 1, "window": w}
+        return definition_words({"tiers": [tier]})[2]
 
     # Durations in a file are the server's: a number, or a string without a unit, is seconds.
     assert [window(60), window("60"), window("1m")] == ["60", "60", "1m"]
