@@ -281,7 +281,19 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
     if args.len() < 2 + n {
         return Err(wrong_keys(policy, n));
     }
-    let keys: Vec<KeyName<'_>> = (2..2 + n).filter_map(|i| args.key(i)).collect();
+    // One tier (the usual policy): its key on the stack, no allocation.
+    let one: [KeyName<'_>; 1];
+    let many: Vec<KeyName<'_>>;
+    let keys: &[KeyName<'_>] = match (n, args.key(2)) {
+        (1, Some(key)) => {
+            one = [key];
+            &one
+        }
+        _ => {
+            many = (2..2 + n).filter_map(|i| args.key(i)).collect();
+            &many
+        }
+    };
     let words = args.bytes_from(2 + n);
     let request = request_of(&definition, &words).map_err(|error| {
         // A word that is no option may be a key too many.
@@ -318,7 +330,7 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
         &run,
         waiting_args.as_ref().unwrap_or(args),
         request,
-        &keys,
+        keys,
     ))
 }
 
