@@ -82,6 +82,9 @@ for _ in $(seq 300); do
   sleep 0.1
 done
 redis-cli -p "$port" PING >/dev/null
+# RL.CHECK's policy: tokenbucket-kept's parameters, by name (policies are
+# not keys: the FLUSHALL before each command keeps it).
+redis-cli -p "$port" RL.POLICY SET profile:tbk TOKENBUCKET 100 0.01 >/dev/null
 vg_pid=$(sed -n 's/^==\([0-9]*\)==.*/\1/p' "$workdir/valgrind.log" | head -n 1)
 
 bench() {
@@ -92,11 +95,13 @@ bench() {
 # tokenbucket is `make bench`'s: its keys are full again, and expire, 100 ms
 # after a request, so nearly every request creates its key. tokenbucket-kept
 # refills slowly enough that keys stay: the path of updating a stored state.
+# check-kept is tokenbucket-kept by a policy's name (RL.CHECK).
 commands=(
   "incr|INCR p:incr:__rand_int__"
   "floor|FLOOR.CHECK p:floor:__rand_int__ 60000"
   "tokenbucket|RL.TOKENBUCKET p:tb:__rand_int__ 100 10"
   "tokenbucket-kept|RL.TOKENBUCKET p:tbk:__rand_int__ 100 0.01"
+  "check-kept|RL.CHECK profile:tbk p:ck:__rand_int__"
   "slidingcounter|RL.SLIDINGCOUNTER p:sc:__rand_int__ 100 60"
 )
 if [ -n "${PROFILE_ALL:-}" ]; then

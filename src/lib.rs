@@ -18,6 +18,7 @@ pub mod encoding;
 pub mod error;
 pub mod log_throttle;
 pub mod parse;
+pub mod policies;
 mod redis;
 pub mod redis_cell;
 pub mod replay;

@@ -13,7 +13,9 @@
 //!
 //! A replay is written `RL.APPLY key <header><first word> <other words>...`
 //! for a command on one key (the first word is the one after the key), and
-//! `RL.APPLYALL <header><numkeys> <keys and specs>...` for `RL.ALL`: the
+//! `RL.APPLYALL <header><numkeys> <keys and specs>...` for `RL.ALL`
+//! (`RL.APPLYCHECK <header><definition> key [key ...] [options]` for
+//! `RL.CHECK`, the policy's name replaced by its definition): the
 //! same number of words as the command, the header glued to the front of one
 //! of them (which lets the Redis layer propagate it by swapping two words of
 //! the command, without building a new one).
@@ -42,6 +44,11 @@ pub enum Command {
     All,
     /// `RL.REFUND`.
     Refund,
+    /// `RL.CHECK`, replayed as `RL.APPLYCHECK <header><definition> key
+    /// [key ...] [options]`: the policy's definition (its normalised words,
+    /// space-separated) travels in the glued word, so a replay needs no
+    /// policy where it runs.
+    Policy,
 }
 
 impl Command {
@@ -53,6 +60,7 @@ impl Command {
             Command::Release => 0x42,
             Command::All => 0x43,
             Command::Refund => 0x44,
+            Command::Policy => 0x45,
         }
     }
 
@@ -63,6 +71,7 @@ impl Command {
             0x42 => Command::Release,
             0x43 => Command::All,
             0x44 => Command::Refund,
+            0x45 => Command::Policy,
             1..=0x3f => Command::Check(code),
             _ => return None,
         })

@@ -84,7 +84,14 @@ fn the_readme_recipe_names_every_module_command_but_setstate_and_the_replays() {
         .into_iter()
         .map(|c| c.to_lowercase())
         .collect();
-    let kept_out = ["rl.setstate", "rl.apply", "rl.applyall"];
+    // The policies' changes belong to the worker that owns them.
+    let kept_out = [
+        "rl.setstate",
+        "rl.apply",
+        "rl.applyall",
+        "rl.applycheck",
+        "rl.policy",
+    ];
     let expected: BTreeSet<String> = module_commands
         .iter()
         .filter(|c| !kept_out.contains(&c.as_str()))
@@ -186,6 +193,15 @@ fn the_app_user_runs_every_check_not_setstate_and_a_replica_linked_as_repl_follo
         other => panic!("RL.TOP replied {other:?}"),
     }
 
+    // A check by a policy's name, which the worker's user (here the admin)
+    // defined.
+    run(
+        &mut admin,
+        &["RL.POLICY", "SET", "plan", "TOKENBUCKET", "5", "1"],
+    )
+    .unwrap();
+    assert_eq!(check(&mut con, &["RL.CHECK", "plan", "rl:plan"])[0], 1);
+
     // Denied: the state setter, the replays, and whatever else would reset
     // a limit.
     let state = dump(&mut admin, "rl:tokenbucket").unwrap();
@@ -208,6 +224,9 @@ fn the_app_user_runs_every_check_not_setstate_and_a_replica_linked_as_repl_follo
         &["SET", "rl:tokenbucket", "x"],
         &["FLUSHALL"],
         &["CONFIG", "SET", "ratelimit.max-keys", "5"],
+        &["RL.POLICY", "SET", "plan", "TOKENBUCKET", "1000", "1000"],
+        &["RL.POLICY", "DEL", "plan"],
+        &["RL.APPLYCHECK", "header", "rl:tokenbucket"],
     ] {
         assert!(
             is_noperm(&mut con, words),

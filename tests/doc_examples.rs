@@ -32,7 +32,10 @@
 //! between are allowed) says more about it:
 //! - `<!-- server: ARGS -->` starts the session's server with ARGS added to
 //!   its command line (e.g. `--ratelimit.deny-events yes`);
-//! - `<!-- not run: WHY -->` marks a block that is not run here, and why.
+//! - `<!-- not run: WHY -->` marks a block that is not run here, and why;
+//! - `<!-- file: NAME -->` marks a file the page's Python blocks read
+//!   (test_doc_examples.py writes it where they run);
+//! - `<!-- node: WHO -->` marks a Node block that WHO runs.
 //!
 //! Every fenced block of the pages is a session, Python (run by
 //! clients/python/tests/test_doc_examples.py), or says why it is not run:
@@ -405,7 +408,11 @@ fn every_redis_cli_session_of_the_docs_prints_what_the_page_shows() {
             } else if block.is_session() {
                 count[0] += 1;
                 failures.extend(run_session(&block));
-            } else if block.lang == "python" {
+            } else if block.lang == "python"
+                || block.directive.as_deref().is_some_and(|d| {
+                    d.starts_with("file:") || (block.lang == "js" && d.starts_with("node:"))
+                })
+            {
                 count[1] += 1;
             } else {
                 failures.push(format!(
@@ -418,7 +425,7 @@ fn every_redis_cli_session_of_the_docs_prints_what_the_page_shows() {
         }
     }
     println!(
-        "page: redis-cli sessions run here / Python blocks (run by the Python tests) / not run"
+        "page: redis-cli sessions run here / client blocks (run by the clients' tests) / not run"
     );
     for (page, [s, p, n]) in &counts {
         println!("  {page}: {s} / {p} / {n}");

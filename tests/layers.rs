@@ -70,7 +70,8 @@ const LAYERS: &[(&str, &[&str])] = &[
         "the waiting room of BLOCK: queues, deadlines, serving (plain Rust)",
         &["wait/"],
     ),
-    ("grammar: options, RL.ALL, RL.TOP", &["parse/"]),
+    ("named policies: the store (plain Rust)", &["policies.rs"]),
+    ("grammar: options, RL.ALL, RL.TOP, policies", &["parse/"]),
     ("the algorithms", &["algorithms/"]),
     ("words: values, syntax", &["words/"]),
     (

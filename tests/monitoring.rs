@@ -29,11 +29,13 @@ const ALGORITHMS: [&str; 7] = [
     "concurrency",
 ];
 
-/// Every `ratelimit_<field>:<n>` of `INFO ratelimit`, by field.
+/// Every `ratelimit_<field>:<n>` of `INFO ratelimit`, by field (the
+/// policies' digest and per-policy lines, not numbers, are left out).
 fn ratelimit_info(con: &mut redis::Connection) -> BTreeMap<String, u64> {
     let info: String = redis::cmd("INFO").arg("ratelimit").query(con).unwrap();
     info.lines()
         .filter_map(|l| l.strip_prefix("ratelimit_")?.split_once(':'))
+        .filter(|(k, _)| *k != "policies_digest" && !k.starts_with("policy_"))
         .map(|(k, v)| (k.to_string(), v.trim().parse().unwrap()))
         .collect()
 }

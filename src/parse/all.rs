@@ -170,6 +170,22 @@ pub fn all(args: &[&[u8]]) -> Result<AllArgs, CommandError> {
     Ok(AllArgs { tiers, options })
 }
 
+/// The specs at the front of `words`, as many as there are (a policy's
+/// tiers, `super::policy`), and the words after them.
+pub fn specs<'a>(words: &'a [&'a [u8]]) -> Result<(Vec<Tier>, &'a [&'a [u8]]), CommandError> {
+    let mut tiers = Vec::new();
+    let mut rest = words;
+    while let Some((word, after)) = rest.split_first() {
+        let Some(parsed) = tier(word, after) else {
+            break;
+        };
+        let (tier, next) = parsed?;
+        tiers.push(tier);
+        rest = next;
+    }
+    Ok((tiers, rest))
+}
+
 /// `RL.PEEK key <ALGORITHM> <params> [COST n]`, after the key: one spec, as
 /// in `RL.ALL`, then the options (`PEEK` is implied, and accepted; the
 /// options `PEEK` excludes are refused).

@@ -12,6 +12,7 @@
 
 pub mod all;
 pub mod options;
+pub mod policy;
 pub mod top;
 
 pub use crate::words::{syntax, values};

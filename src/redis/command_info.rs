@@ -51,6 +51,10 @@ pub enum KeyPosition {
     /// `numkeys key [key ...]` right after the command name: argument 1 says
     /// how many keys follow it.
     CountedAfterNumkeys,
+    /// Keys from argument 2 on, as many as the named policy has tiers
+    /// (`RL.CHECK`): declared as the first of them, marked incomplete, so
+    /// Redis asks the command itself (getkeys-api) for all of them.
+    AfterPolicyName,
     /// No key at all (`RL.TOP`): the command reads module state only.
     NoKeys,
 }

@@ -49,6 +49,16 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
             return Status::Err;
         }
     }
+    if let Err(why) = ffi::types::create_aux(loading, (save_policies, load_policies)) {
+        ctx.log_warning(&format!(
+            "ratelimit: cannot create the policies' aux type: {why}"
+        ));
+        return Status::Err;
+    }
+    if !ffi::server::on_fork(loading, commands::restate_policies) {
+        ctx.log_warning("ratelimit: cannot subscribe to the server's fork events");
+        return Status::Err;
+    }
     for command in commands::table() {
         if let Err(why) = ffi::commands::register(loading, &command) {
             ctx.log_warning(&format!("ratelimit: {why}"));
@@ -56,6 +66,7 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
         }
     }
     ffi::info::register(loading, stats::info_fields);
+    ffi::info::register_lines(stats::policy_lines);
     let args: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
     config::on_top_keys_set(sketch::resize);
     if let Err(why) = config::register(loading, &args) {
@@ -63,4 +74,22 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     Status::Ok
+}
+
+/// The policies, as the RDB's aux data holds them.
+fn save_policies() -> Vec<u8> {
+    crate::policies::store().encode()
+}
+
+/// Replaces the policies with those of an RDB file (a restart, a full sync
+/// from a primary, `DEBUG RELOAD`); bytes that are not a store this module
+/// wrote fail the load and change nothing.
+fn load_policies(bytes: &[u8]) -> bool {
+    match crate::policies::Store::decode(bytes) {
+        Ok(loaded) => {
+            *crate::policies::store() = loaded;
+            true
+        }
+        Err(_) => false,
+    }
 }

@@ -154,6 +154,9 @@ pub fn tally(ctx: Ctx<'_>, request: &Request, keys: &[KeyName<'_>], outcome: &Ou
     if request.mode() == Mode::Take {
         let allowed = outcome.decision().allowed;
         request.counter().count(allowed, shadow);
+        if let Request::Policy { counters, .. } = request {
+            counters.count(allowed, shadow);
+        }
         if !allowed {
             for key in outcome.denying(keys) {
                 on_denied(ctx, key, shadow);

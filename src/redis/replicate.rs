@@ -21,19 +21,26 @@ use crate::replay::{Command, Header};
 /// freed (Redis's propagation takes and drops references of its own).
 static APPLY: KeptString = KeptString::new();
 static APPLY_ALL: KeptString = KeptString::new();
+static APPLY_CHECK: KeptString = KeptString::new();
 
 /// Makes the command names replays are propagated under.
 pub fn init() {
     APPLY.make(b"RL.APPLY");
     APPLY_ALL.make(b"RL.APPLYALL");
+    APPLY_CHECK.make(b"RL.APPLYCHECK");
 }
 
 /// Where the running command comes from.
 enum Origin<'a> {
     /// A client's command: decided now, on this server's clock and settings,
     /// counted, and propagated as a replay with its header glued to the
-    /// argument at `glue_at`.
-    Client { command: Command, glue_at: usize },
+    /// argument at `glue_at` (or to `glue_word`, which then takes that
+    /// argument's place: `RL.CHECK`'s definition for its policy's name).
+    Client {
+        command: Command,
+        glue_at: usize,
+        glue_word: Option<&'a [u8]>,
+    },
     /// A client's command that waited (`BLOCK`) and is served now, outside
     /// the command: `words` are the command as sent, propagated as a replay
     /// built from them.
@@ -64,7 +71,27 @@ impl<'a> Run<'a> {
             ctx,
             now_ms: now_ms(),
             expiry_slack_ms: expiry_slack_ms(),
-            origin: Origin::Client { command, glue_at },
+            origin: Origin::Client {
+                command,
+                glue_at,
+                glue_word: None,
+            },
+            changed: Cell::new(false),
+        }
+    }
+
+    /// A client's `command` whose replay carries, in place of the argument
+    /// at `glue_at`, its header glued to `word`.
+    pub fn live_glued(ctx: Ctx<'a>, command: Command, glue_at: usize, word: &'a [u8]) -> Self {
+        Self {
+            ctx,
+            now_ms: now_ms(),
+            expiry_slack_ms: expiry_slack_ms(),
+            origin: Origin::Client {
+                command,
+                glue_at,
+                glue_word: Some(word),
+            },
             changed: Cell::new(false),
         }
     }
@@ -113,8 +140,12 @@ impl<'a> Run<'a> {
         if !self.changed.get() {
             return;
         }
-        let (command, glue_at) = match self.origin {
-            Origin::Client { command, glue_at } => (command, glue_at),
+        let (command, glue_at, glue_word) = match self.origin {
+            Origin::Client {
+                command,
+                glue_at,
+                glue_word,
+            } => (command, glue_at, glue_word),
             Origin::Woken {
                 command,
                 glue_at,
@@ -128,7 +159,9 @@ impl<'a> Run<'a> {
                 return;
             }
         };
-        let Some((args, word)) = args.and_then(|args| Some((args, args.bytes(glue_at)?))) else {
+        let Some((args, word)) =
+            args.and_then(|args| Some((args, glue_word.or_else(|| args.bytes(glue_at))?)))
+        else {
             return;
         };
         let header = Header {
@@ -137,10 +170,10 @@ impl<'a> Run<'a> {
             expiry_slack_ms: self.expiry_slack_ms,
             drawn_id: drawn_id.map(<[u8]>::to_vec),
         };
-        let name = if command == Command::All {
-            &APPLY_ALL
-        } else {
-            &APPLY
+        let name = match command {
+            Command::All => &APPLY_ALL,
+            Command::Policy => &APPLY_CHECK,
+            _ => &APPLY,
         };
         // The glued word, on the stack when it fits (nearly always: a
         // header and a number).
@@ -173,10 +206,10 @@ impl<'a> Run<'a> {
             expiry_slack_ms: self.expiry_slack_ms,
             drawn_id: drawn_id.map(<[u8]>::to_vec),
         };
-        let name = if command == Command::All {
-            c"RL.APPLYALL"
-        } else {
-            c"RL.APPLY"
+        let name = match command {
+            Command::All => c"RL.APPLYALL",
+            Command::Policy => c"RL.APPLYCHECK",
+            _ => c"RL.APPLY",
         };
         let glued = header.glued_to(words.get(glue_at).map_or(&[][..], |w| &w[..]));
         let words =

@@ -10,8 +10,10 @@ use super::stats::{self, Counted, Counter};
 use crate::algorithms::Mode;
 use crate::error::CommandError;
 use crate::parse::{self, AcquireArgs, AllArgs, CheckOptions, Tier};
+use crate::policies::Counters;
 use crate::redis_cell::ClThrottleArgs;
 use crate::replay::Command;
+use std::sync::Arc;
 
 /// What a client asked for, parsed.
 pub enum Request {
@@ -27,6 +29,13 @@ pub enum Request {
     },
     /// `RL.ALL`.
     All(AllArgs),
+    /// `RL.CHECK`: the inline request its policy stands for, and the
+    /// policy's counters (`INFO ratelimit`), counted beside the inline
+    /// command's.
+    Policy {
+        request: Box<Request>,
+        counters: Arc<Counters>,
+    },
 }
 
 impl Request {
@@ -44,7 +53,9 @@ impl Request {
             Command::ClThrottle => crate::redis_cell::cl_throttle(words).map(Request::Throttle),
             Command::Acquire => acquire_request(words, drawn_id),
             Command::All => parse::all(words).map(Request::All),
-            Command::Release | Command::Refund => Err(CommandError::invalid_state("not a request")),
+            Command::Release | Command::Refund | Command::Policy => {
+                Err(CommandError::invalid_state("not a request"))
+            }
         }
     }
 
@@ -56,6 +67,8 @@ impl Request {
             Request::Throttle(_) => (Command::ClThrottle, 2),
             Request::Acquire { .. } => (Command::Acquire, 2),
             Request::All(_) => (Command::All, 1),
+            // Replayed as RL.CHECK, its definition in place of its name.
+            Request::Policy { .. } => (Command::Policy, 1),
         }
     }
 
@@ -66,6 +79,7 @@ impl Request {
             Request::All(all) => peek_or_take(&all.options),
             Request::Throttle(throttle) => throttle.mode,
             Request::Acquire { .. } => Mode::Take,
+            Request::Policy { request, .. } => request.mode(),
         }
     }
 
@@ -76,6 +90,7 @@ impl Request {
             Request::All(all) => all.options.block_ms,
             Request::Acquire { args, .. } => args.block_ms,
             Request::Throttle(_) => None,
+            Request::Policy { request, .. } => request.block_ms(),
         }
     }
 
@@ -84,7 +99,10 @@ impl Request {
     /// for an acquire it is when the first lease ends, and a release may come
     /// sooner.
     pub fn retry_is_known(&self) -> bool {
-        !matches!(self, Request::Acquire { .. })
+        match self {
+            Request::Policy { request, .. } => request.retry_is_known(),
+            other => !matches!(other, Request::Acquire { .. }),
+        }
     }
 
     /// The id the server drew for an acquire, which its replay carries.
@@ -93,6 +111,7 @@ impl Request {
             Request::Acquire {
                 id, drawn: true, ..
             } => Some(id),
+            Request::Policy { request, .. } => request.drawn_id(),
             _ => None,
         }
     }
@@ -103,6 +122,7 @@ impl Request {
             Request::Check { options, .. } => options.shadow,
             Request::All(all) => all.options.shadow,
             Request::Throttle(_) | Request::Acquire { .. } => false,
+            Request::Policy { request, .. } => request.shadow(),
         }
     }
 
@@ -113,6 +133,7 @@ impl Request {
             Request::Throttle(_) => &stats::CL_THROTTLE,
             Request::Acquire { .. } => &stats::ACQUIRE,
             Request::All(_) => &stats::ALL,
+            Request::Policy { request, .. } => request.counter(),
         }
     }
 }

@@ -12,6 +12,7 @@ use std::ffi::CStr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 use super::ffi::alloc::allocated_bytes;
+use super::ffi::info::{Dict, Text};
 use super::ffi::types::TypedValue;
 use super::sketch;
 use crate::algorithms::penalty::Penalized;
@@ -184,4 +185,37 @@ pub fn info_fields(add: &mut dyn FnMut(&'static CStr, u64)) {
     }
     key_counts(add);
     add(c"memory_bytes", allocated_bytes() as u64);
+}
+
+/// The policies' lines of `INFO ratelimit`: how many, their digest (equal
+/// on nodes holding the same policies: alert when nodes disagree), and per
+/// policy a line `policy_<name>:checks=..,allowed=..,denied=..,shadow_denied=..`
+/// (a name's characters other than letters, digits, `-`, `.` and `_` shown
+/// as `_`, so the line parses as every INFO line does).
+pub fn policy_lines(text: &mut Text<'_>, dict: &mut Dict<'_>) {
+    let store = crate::policies::store();
+    text(c"policies", &store.len().to_string());
+    text(c"policies_digest", &store.digest());
+    for (name, policy) in store.iter() {
+        let shown: String = name
+            .iter()
+            .map(|&b| {
+                if b.is_ascii_alphanumeric() || b"-._".contains(&b) {
+                    b as char
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let c = &policy.counters;
+        dict(
+            &format!("policy_{shown}"),
+            &[
+                (c"checks", c.checks.load(Relaxed)),
+                (c"allowed", c.allowed.load(Relaxed)),
+                (c"denied", c.denied.load(Relaxed)),
+                (c"shadow_denied", c.shadow_denied.load(Relaxed)),
+            ],
+        );
+    }
 }

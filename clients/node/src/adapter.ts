@@ -18,6 +18,18 @@ export interface RedisAdapter {
   sendToPrimaries(args: readonly Arg[]): Promise<unknown[]>;
   /** How long the client waits for a reply before giving up (ms), if it does. */
   commandTimeoutMs(): number | undefined;
+  /**
+   * Each primary by its address, to send it commands one by one (`syncPolicies`:
+   * what each primary answered). One server: itself. Optional for an adapter
+   * of your own: without it, `syncPolicies` takes the adapter as one server.
+   */
+  primaries?(): Promise<PrimaryNode[]>;
+}
+
+/** One primary: its address, and how to send it a command. */
+export interface PrimaryNode {
+  name: string;
+  send(args: readonly Arg[]): Promise<unknown>;
 }
 
 /** A Redis client this package can use: an ioredis or node-redis client, single or cluster, or an adapter. */
@@ -27,7 +39,7 @@ export type RedisLike = object;
 // types are needed to build or to use this package.
 interface IoredisLike {
   call(name: string, ...args: Arg[]): Promise<unknown>;
-  options?: { commandTimeout?: number; redisOptions?: { commandTimeout?: number } };
+  options?: { commandTimeout?: number; redisOptions?: { commandTimeout?: number }; host?: string; port?: number; path?: string };
   isCluster?: boolean;
 }
 interface IoredisClusterLike extends IoredisLike {
@@ -37,7 +49,11 @@ interface IoredisClusterLike extends IoredisLike {
 }
 interface NodeRedisLike {
   sendCommand(...args: unknown[]): Promise<unknown>;
-  options?: { socket?: { socketTimeout?: number }; commandOptions?: { timeout?: number } };
+  options?: {
+    socket?: { socketTimeout?: number; host?: string; port?: number; path?: string };
+    commandOptions?: { timeout?: number };
+    url?: string;
+  };
 }
 interface NodeRedisClusterLike {
   sendCommand(firstKey: string | undefined, isReadonly: boolean | undefined, args: string[]): Promise<unknown>;
@@ -79,6 +95,7 @@ function ioredis(client: IoredisLike): RedisAdapter {
     send: (args) => client.call(String(args[0]), ...words(args.slice(1))),
     sendToPrimaries: async (args) => [await client.call(String(args[0]), ...words(args.slice(1)))],
     commandTimeoutMs: () => client.options?.commandTimeout,
+    primaries: () => Promise.resolve([ioredisNode(client)]),
   };
 }
 
@@ -107,6 +124,7 @@ function ioredisCluster(client: IoredisClusterLike): RedisAdapter {
     sendToPrimaries: (args) =>
       Promise.all(client.nodes("master").map((node) => node.call(String(args[0]), ...words(args.slice(1))))),
     commandTimeoutMs: () => client.options?.redisOptions?.commandTimeout,
+    primaries: () => Promise.resolve(client.nodes("master").map(ioredisNode)),
   };
 }
 
@@ -118,6 +136,23 @@ function nodeRedis(client: NodeRedisLike): RedisAdapter {
     send: (args) => client.sendCommand(words(args)),
     sendToPrimaries: async (args) => [await client.sendCommand(words(args))],
     commandTimeoutMs: () => timeoutOf(client.options),
+    primaries: () => Promise.resolve([nodeRedisNode(client, undefined)]),
+  };
+}
+
+function ioredisNode(node: IoredisLike): PrimaryNode {
+  const o = node.options;
+  return {
+    name: o?.path ?? `${o?.host ?? "localhost"}:${o?.port ?? 6379}`,
+    send: (args) => node.call(String(args[0]), ...words(args.slice(1))),
+  };
+}
+
+function nodeRedisNode(node: NodeRedisLike, name: string | undefined): PrimaryNode {
+  const s = node.options?.socket;
+  return {
+    name: name ?? s?.path ?? (s?.host !== undefined || s?.port !== undefined ? `${s.host ?? "localhost"}:${s.port ?? 6379}` : (node.options?.url ?? "server")),
+    send: (args) => node.sendCommand(words(args)),
   };
 }
 
@@ -144,6 +179,13 @@ function nodeRedisCluster(client: NodeRedisClusterLike): RedisAdapter {
         }),
       ),
     commandTimeoutMs: () => timeoutOf(client.options?.defaults),
+    primaries: () =>
+      Promise.all(
+        client.masters.map(async (master) => {
+          const m = master as { address?: string; host?: string; port?: number };
+          return nodeRedisNode(await client.nodeClient(master), m.address ?? `${m.host ?? "?"}:${m.port ?? "?"}`);
+        }),
+      ),
   };
 }
 

@@ -8,6 +8,7 @@ import type { AcquireOptions, CheckOptions, Command, KeyInfo, Tiers, TopEntry } 
 import type { Decision, Lease } from "./decision.js";
 import { RateLimitExceeded, translate } from "./errors.js";
 import { GCRA, FixedWindow, LeakyBucket, type Limit, SlidingCounter, SlidingLog, TokenBucket } from "./limits.js";
+import { NamedPolicy, PolicyBook, type PolicyInfo, policyCheck, policyGet } from "./policies.js";
 import type { Duration } from "./units.js";
 
 /**
@@ -37,14 +38,38 @@ export class RateLimiter {
     return command.parse(reply);
   }
 
-  /** Checks `key` against `limit` (any algorithm). */
-  check(key: string, limit: Limit, options?: CheckOptions): Promise<Decision> {
+  /** The definitions of the named policies checked through this client, read for the headers. */
+  readonly policies = new PolicyBook();
+
+  /**
+   * Checks `key` against `limit` (any algorithm), or against a named policy
+   * (`RL.CHECK`; a policy of several tiers checks one key per tier,
+   * `policyKeys`). A policy Redis does not hold throws `PolicyNotFoundError`.
+   */
+  check(key: string, limit: Limit | NamedPolicy, options?: CheckOptions): Promise<Decision> {
+    if (limit instanceof NamedPolicy) {
+      // What is wrong with the call throws now, as for a limit; the rest is the server's.
+      const name = limit.staticName();
+      policyCheck(key, name, this.policies, options);
+      return this.checkPolicy(key, name, options);
+    }
     return this.run(commands.check(key, limit, options));
   }
 
-  /** `RL.PEEK`: what checking `key` against `limit` would answer now, changing nothing. */
-  peek(key: string, limit: Limit, options: { cost?: number } = {}): Promise<Decision> {
+  private async checkPolicy(key: string, name: string, options?: CheckOptions): Promise<Decision> {
+    if (this.policies.stale(name)) this.policies.put(name, await this.run(policyGet(name)));
+    return this.run(policyCheck(key, name, this.policies, options));
+  }
+
+  /** `RL.PEEK`: what checking `key` against `limit` would answer now, changing nothing (a named policy: `RL.CHECK ... PEEK`). */
+  peek(key: string, limit: Limit | NamedPolicy, options: { cost?: number } = {}): Promise<Decision> {
+    if (limit instanceof NamedPolicy) return this.check(key, limit, { ...options, peek: true });
     return this.run(commands.peek(key, limit, options.cost));
+  }
+
+  /** `RL.POLICY GET`: the policy's version and definition words, or null. */
+  policy(name: string): Promise<PolicyInfo | null> {
+    return this.run(policyGet(name));
   }
 
   /** `RL.TOKENBUCKET`: bursts up to `capacity`, refilling `rate` a second. */

@@ -21,6 +21,21 @@ export class RateLimitError extends Error {
 /** A parameter or option the module does not accept (`ERR <parameter> must be ...`, `ERR syntax error ...`). */
 export class InvalidArgumentError extends RateLimitError {}
 
+/**
+ * `RL.CHECK` named a policy the server does not hold (never defined, or
+ * deleted): `ERR no policy 'name'`; `policy` is its name. Never answered as allowed.
+ */
+export class PolicyNotFoundError extends InvalidArgumentError {
+  constructor(
+    command: string,
+    serverMessage: string,
+    readonly policy: string,
+    options?: { cause?: unknown },
+  ) {
+    super(command, serverMessage, options);
+  }
+}
+
 /** The key holds something else: a string, a list, or another algorithm's state (`WRONGTYPE`). */
 export class WrongTypeError extends RateLimitError {}
 
@@ -133,6 +148,8 @@ export function translate(error: unknown, command: string): unknown {
       { cause: error },
     );
   }
+  const named = /^no policy '(.*)'/.exec(text);
+  if (named !== null) return new PolicyNotFoundError(command, text, named[1] ?? "", { cause: error });
   return new InvalidArgumentError(command, text, { cause: error });
 }
 

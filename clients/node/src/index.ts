@@ -3,7 +3,7 @@
  * `Decision` that writes its own HTTP headers, and middleware for Express,
  * Fastify, express-rate-limit and rate-limiter-flexible users.
  */
-export { type RedisAdapter, type RedisLike, adapt, keySlot } from "./adapter.js";
+export { type PrimaryNode, type RedisAdapter, type RedisLike, adapt, keySlot } from "./adapter.js";
 export { RateLimiter } from "./client.js";
 export {
   type AcquireOptions,
@@ -22,6 +22,7 @@ export {
   CircuitOpenError,
   InvalidArgumentError,
   ModuleNotLoadedError,
+  PolicyNotFoundError,
   RateLimitError,
   RateLimitExceeded,
   RedisConfigurationError,
@@ -63,5 +64,19 @@ export {
   type Ipv6Subnet,
   normaliseIp,
 } from "./rule.js";
+export {
+  NamedPolicy,
+  POLICY_MAX_AGE_MS,
+  type PolicyChange,
+  type PolicyDefinition,
+  type PolicyInfo,
+  PolicySyncError,
+  type SyncReport,
+  loadPolicies,
+  parseDefinition,
+  policyKeys,
+  policyWords,
+  syncPolicies,
+} from "./policies.js";
 export { type ClientRateLimitInfo, RedisRatelimitStore, type RedisRatelimitStoreOptions } from "./store.js";
 export { type Duration } from "./units.js";

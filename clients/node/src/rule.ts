@@ -16,6 +16,7 @@ import { claimKeys, forgetClaims } from "./claims.js";
 import { Alarm, type CircuitBreaker, Guard, type Logger, forgetBreaker, isStartupError } from "./guard.js";
 import { GlobalLimit } from "./global.js";
 import { type Arg, Limit } from "./limits.js";
+import { NamedPolicy, PolicyBook, type PolicyInfo, policyCheckWords, policyGet } from "./policies.js";
 import { type Duration, durationMs, integer } from "./units.js";
 
 /** A request, as a key function sees it, whatever the framework. */
@@ -185,7 +186,7 @@ export type Verdict =
 
 /** A limit that counts by its own key function rather than the rule's. */
 export interface LimitFor {
-  limit: Limit;
+  limit: Limit | NamedPolicy;
   key: KeyFn;
 }
 
@@ -202,7 +203,7 @@ export interface RuleOptions {
    * sees, decided from quota leased in batches (stack a second middleware
    * for per-client limits).
    */
-  limits: Limit | GlobalLimit | ReadonlyArray<Limit | LimitFor>;
+  limits: Limit | GlobalLimit | NamedPolicy | ReadonlyArray<Limit | NamedPolicy | LimitFor>;
   /** Who a request counts against (default `clientIp`). */
   key?: KeyFn;
   /** What to do when `key` cannot read the identity: `"shared"` (default: one identity for all such requests, warned once) or `"refuse"` (403). */
@@ -321,9 +322,11 @@ class DenialCache {
  */
 export class Rule {
   readonly adapter: RedisAdapter;
-  readonly limits: readonly Limit[];
+  readonly limits: ReadonlyArray<Limit | NamedPolicy>;
   readonly names: readonly string[];
-  private readonly tiers: ReadonlyArray<{ limit: Limit; key?: KeyFn }>;
+  private readonly tiers: ReadonlyArray<{ limit: Limit | NamedPolicy; key?: KeyFn }>;
+  /** The definitions of the rule's named policies, read for the headers and their number of tiers. */
+  readonly policies = new PolicyBook();
   readonly breaker: CircuitBreaker;
   private readonly guard: Guard;
   private readonly alarm: Alarm;
@@ -382,10 +385,13 @@ export class Rule {
     }
     if (options.redis === undefined) throw new TypeError("give the Redis client (redis: an ioredis or node-redis client)");
     this.adapter = adapt(options.redis);
-    const given = options.limits instanceof Limit ? [options.limits] : [...((options.limits as unknown[] | undefined) ?? [])];
+    const given =
+      options.limits instanceof Limit || options.limits instanceof NamedPolicy
+        ? [options.limits]
+        : [...((options.limits as unknown[] | undefined) ?? [])];
     if (given.length === 0) throw new TypeError("give at least one limit (limits: new TokenBucket(10, 1), ...)");
     this.tiers = given.map((tier) => {
-      if (tier instanceof Limit) return { limit: tier };
+      if (tier instanceof Limit || tier instanceof NamedPolicy) return { limit: tier };
       if (tier instanceof GlobalLimit) {
         throw new TypeError(
           "a GlobalLimit is a rule's only limit (limits: globalLimit): its key is not per client, so it cannot join an RL.ALL; " +
@@ -393,14 +399,14 @@ export class Rule {
         );
       }
       const t = tier as Partial<LimitFor> | null;
-      if (t !== null && typeof t === "object" && t.limit instanceof Limit && typeof t.key === "function") {
+      if (t !== null && typeof t === "object" && (t.limit instanceof Limit || t.limit instanceof NamedPolicy) && typeof t.key === "function") {
         return { limit: t.limit, key: t.key };
       }
-      throw new TypeError(`limits must be Limit objects (TokenBucket, ...) or { limit, key }, not ${String(tier)}`);
+      throw new TypeError(`limits must be Limit objects (TokenBucket, ...), NamedPolicy objects, or { limit, key }, not ${String(tier)}`);
     });
     const limits = this.tiers.map((t) => t.limit);
     this.limits = limits;
-    this.names = limits.map((l) => l.policy().name);
+    this.names = limits.map((l) => (l instanceof NamedPolicy ? l.keyName : l.policy().name));
     if (new Set(this.names).size !== this.names.length) {
       throw new TypeError(
         `the limits' names ${JSON.stringify(this.names)} must differ: each names its Redis key and its RateLimit-Policy item (give each a name)`,
@@ -408,6 +414,11 @@ export class Rule {
     }
     if (options.cost !== undefined && typeof options.cost !== "function") integer(options.cost, "cost");
     if (options.penalty !== undefined) durationMs(options.penalty, "penalty");
+    if ((options.penalty !== undefined || options.shadow === true) && limits.some((l) => l instanceof NamedPolicy)) {
+      throw new TypeError(
+        "a rule with a named policy takes no penalty or shadow: they are the policy's own (PENALTY, SHADOW in its definition), set where it is defined",
+      );
+    }
     for (const flag of ["failOpen", "legacyHeaders", "ietfHeaders", "shadow"] as const) {
       if (options[flag] !== undefined && typeof options[flag] !== "boolean") {
         throw new TypeError(`${flag} must be true or false, not ${JSON.stringify(options[flag])}`);
@@ -443,7 +454,11 @@ export class Rule {
     claimKeys(
       this.adapter,
       mine,
-      JSON.stringify([this.limits.map((l) => [l.word, ...l.spec.params]), options.penalty ?? null, options.cost ?? 1]),
+      JSON.stringify([
+        this.limits.map((l) => (l instanceof NamedPolicy ? ["policy", typeof l.name === "function" ? l.keyName : l.name] : [l.word, ...l.spec.params])),
+        options.penalty ?? null,
+        options.cost ?? 1,
+      ]),
       "rule",
       "Give one of them its own scope (scope: 'route-name') or prefix.",
     );
@@ -455,9 +470,16 @@ export class Rule {
     });
   }
 
+  /** One `RL.PEEK` per limit (a named policy of a fixed name: `RL.CHECK ... PEEK`, so it must be defined). */
   private peeks(): Array<Command<Decision>> {
     if (this.global !== undefined) return [commands.peek(this.global.key, this.global.limit)];
-    return this.limits.map((limit, i) => commands.peek(this.keyBase("validate") + (this.names[i] ?? ""), limit));
+    const out: Array<Command<Decision>> = [];
+    for (const [i, limit] of this.limits.entries()) {
+      const key = this.keyBase("validate") + (this.names[i] ?? "");
+      if (limit instanceof Limit) out.push(commands.peek(key, limit));
+      else if (typeof limit.name === "string") out.push(policyCheckWords(key, limit.name, new PolicyBook(), ["PEEK"]));
+    }
+    return out;
   }
 
   /** Says a configuration error once, with what requests get until it is fixed. */
@@ -503,8 +525,12 @@ export class Rule {
    * (every key function said null); "refuse" for a missing identity the
    * rule refuses.
    */
-  plan(request: RequestInfo): { commands: Command<Decision>[]; cacheKey: string } | null | "refuse" {
+  plan(
+    request: RequestInfo,
+    read = true,
+  ): { commands: Command<Decision>[]; cacheKey: string; reads?: Array<Command<PolicyInfo | null>> } | null | "refuse" {
     const pairs: Array<readonly [string, Limit]> = [];
+    const named: Array<readonly [string, string, NamedPolicy]> = []; // key, policy name, policy
     for (const [i, tier] of this.tiers.entries()) {
       const keyFn = tier.key ?? this.options.key ?? clientIp;
       if (request.trustsEveryProxy === true && !this.warnedTrust && readsAddress.has(keyFn)) {
@@ -529,9 +555,15 @@ export class Rule {
         if (this.options.onMissingIdentity === "refuse") return "refuse";
         identity = "unknown";
       }
-      pairs.push([this.keyBase(identity) + this.names[i], tier.limit]);
+      const key = this.keyBase(identity) + this.names[i];
+      if (tier.limit instanceof NamedPolicy) named.push([key, tier.limit.resolve(request), tier.limit]);
+      else pairs.push([key, tier.limit]);
     }
-    if (pairs.length === 0) return null;
+    if (pairs.length === 0 && named.length === 0) return null;
+    if (read) {
+      const stale = [...new Set(named.map(([, name]) => name))].filter((name) => this.policies.stale(name));
+      if (stale.length > 0) return { commands: [], cacheKey: "", reads: stale.map(policyGet) };
+    }
     const cost = typeof this.options.cost === "function" ? integer(this.options.cost(request), "cost") : undefined;
     const words = cost === undefined ? this.fixedWords : this.optionWords(cost);
     // One RL.ALL can only name keys of one slot: on a cluster, limits of
@@ -546,8 +578,14 @@ export class Rule {
     const commandsToRun = [...groups.values()].map((group) =>
       group.length === 1 ? commands.checkWords(group[0]![0], group[0]![1], words) : commands.checkAllWords(group, words),
     );
+    // A named policy is its own RL.CHECK, after the inline limits; its tiers'
+    // keys are the rule's key for it, then :0, :1... (the identity is the hash tag).
+    for (const [key, name, policy] of named) {
+      commandsToRun.push(policyCheckWords(key, name, this.policies, words, undefined, policy.keyName));
+    }
     const fixedCost = typeof this.options.cost === "number" ? this.options.cost : 1;
-    return { commands: commandsToRun, cacheKey: `${pairs.map(([k]) => k).join("\n")}\n${cost ?? fixedCost}` };
+    const keys = [...pairs.map(([k]) => k), ...named.map(([k, name]) => `${k}\n${name}`)];
+    return { commands: commandsToRun, cacheKey: `${keys.join("\n")}\n${cost ?? fixedCost}` };
   }
 
   private optionWords(cost: number): Arg[] {
@@ -562,7 +600,16 @@ export class Rule {
   /** The verdict on `request`. Rejects only on a bug (an error reply such as a WRONGTYPE key). */
   async decide(request: RequestInfo): Promise<Verdict> {
     if (this.global !== undefined) return this.decideGlobal(this.global, request);
-    const plan = this.plan(request);
+    let plan = this.plan(request);
+    if (plan !== null && plan !== "refuse" && plan.reads !== undefined) {
+      const reads = plan.reads;
+      try {
+        for (const command of reads) this.policies.put(String(command.args[1]), await this.guard.send(command));
+      } catch (error) {
+        return this.failed(error);
+      }
+      plan = this.plan(request, false);
+    }
     if (plan === null) return { action: "pass", headers: {} };
     if (plan === "refuse") {
       return text(403, "Forbidden: the rate limiter cannot tell who sent this request.\n", {});
@@ -577,17 +624,7 @@ export class Rule {
           if (!d.allowed) break; // the slots after it are not asked, so take nothing
         }
       } catch (error) {
-        if (isUnreachable(error)) return this.unreachable(error);
-        if (error instanceof RedisConfigurationError) {
-          this.raise(error);
-          throw error; // never failed open on: the framework answers 500
-        }
-        if (isStartupError(error)) {
-          // A server without the module, or refusing the limit: said once, then the fail mode.
-          this.raise(error);
-          return this.failMode();
-        }
-        throw error;
+        return this.failed(error);
       }
       decision = plan.commands.length === 1 ? decisions[0]! : combine(decisions);
       this.cache?.set(plan.cacheKey, decision, performance.now());
@@ -611,6 +648,23 @@ export class Rule {
     }
     const retry = Math.max(1, Math.ceil(global.retryAfterMs() / 1000));
     return text(429, `Too many requests: retry in ${retry} s.\n`, { "Retry-After": String(retry) });
+  }
+
+  /** A command failed: the fail mode for an outage or an unusable rule, or throws. */
+  private failed(error: unknown): Verdict {
+    if (isUnreachable(error)) return this.unreachable(error);
+    if (error instanceof RedisConfigurationError) {
+      this.raise(error);
+      throw error; // never failed open on: the framework answers 500
+    }
+    if (isStartupError(error)) {
+      // A server without the module, or refusing the limit (or a policy it
+      // does not hold): said once, then the fail mode; the policies are read again.
+      this.policies.forget();
+      this.raise(error);
+      return this.failMode();
+    }
+    throw error;
   }
 
   /** Denied: 429 with the headers. Allowed: pass, with the headers. */

@@ -11,10 +11,12 @@
  */
 import { type RedisAdapter, type RedisLike } from "./adapter.js";
 import * as commands from "./commands.js";
+import type { Decision } from "./decision.js";
 import { RedisConfigurationError } from "./errors.js";
 import { Alarm, Guard, type Logger } from "./guard.js";
 import { FixedWindow, type Limit, SlidingCounter, SlidingLog } from "./limits.js";
 import { claimKeys } from "./claims.js";
+import { NamedPolicy, PolicyBook, checkPolicyName, policyCheck, policyGet } from "./policies.js";
 
 /** express-rate-limit's `ClientRateLimitInfo`. */
 export interface ClientRateLimitInfo {
@@ -50,6 +52,15 @@ export interface RedisRatelimitStoreOptions {
    * only known per request, and the module needs it in the command).
    */
   limit?: number;
+  /**
+   * A named policy held in Redis (`"plan:free"`, or a `NamedPolicy` of a
+   * fixed name) instead of `algorithm` and express-rate-limit's `windowMs`:
+   * the policy decides (`RL.CHECK`). express-rate-limit still compares the
+   * hits with its own `limit`, so an allowed request reports at most that
+   * many and a denied one one more: give express-rate-limit the policy's
+   * limit, which its headers show.
+   */
+  policy?: string | NamedPolicy;
   /** The most a request waits for Redis (ms, default 200), whatever the client's own timeouts. */
   timeoutMs?: number;
   /** After an outage, how long requests skip Redis before one probes it (ms, default 2000). */
@@ -58,7 +69,7 @@ export interface RedisRatelimitStoreOptions {
   logger?: Logger;
 }
 
-const STORE_OPTIONS = new Set(["redis", "prefix", "algorithm", "limit", "timeoutMs", "cooldownMs", "logger"]);
+const STORE_OPTIONS = new Set(["redis", "prefix", "algorithm", "limit", "policy", "timeoutMs", "cooldownMs", "logger"]);
 
 /**
  * express-rate-limit calls `init` inside `rateLimit()` and only logs what it
@@ -84,6 +95,11 @@ export class RedisRatelimitStore {
   private readonly fixedLimit: number | undefined;
   private readonly alarm: Alarm;
   private rule: Limit | "deny-all" | undefined;
+  /** The named policy's name, when the store checks one. */
+  private readonly policyName: string | undefined;
+  private readonly policies = new PolicyBook();
+  /** express-rate-limit's own limit, which a policy's hits are reported against. */
+  private erlLimit = 0;
   private initError: Error | undefined;
   private passOnStoreError = false;
   /**
@@ -112,6 +128,8 @@ export class RedisRatelimitStore {
       throw new RangeError(`limit must be a whole number from 0 to ${Number.MAX_SAFE_INTEGER}, not ${String(options.limit)}`);
     }
     this.fixedLimit = options.limit;
+    this.policyName =
+      options.policy === undefined ? undefined : options.policy instanceof NamedPolicy ? options.policy.staticName() : checkPolicyName(options.policy);
     this.alarm = new Alarm(options.logger ?? console, `express-rate-limit store ${this.prefix}`);
   }
 
@@ -130,7 +148,11 @@ export class RedisRatelimitStore {
       claimKeys(
         this.adapter,
         [`${this.prefix}*`],
-        this.rule === "deny-all" ? "deny-all" : `${this.rule.word} ${this.rule.spec.params.join(" ")}`,
+        this.rule === "deny-all"
+          ? "deny-all"
+          : this.policyName !== undefined
+            ? `policy ${this.policyName}`
+            : `${this.rule.word} ${this.rule.spec.params.join(" ")}`,
         "RedisRatelimitStore",
         "Give each express-rate-limit limiter a store with its own prefix " +
           '(new RedisRatelimitStore({ redis, prefix: "rl:erl:login:" })).',
@@ -143,7 +165,9 @@ export class RedisRatelimitStore {
     }
     const rule = this.rule;
     if (rule === "deny-all") return;
-    this.started = this.guard.startupError([commands.peek(`${this.prefix}validate`, rule)]).then((error) => {
+    const check =
+      this.policyName === undefined ? commands.peek(`${this.prefix}validate`, rule) : policyCheck(`${this.prefix}validate`, this.policyName, new PolicyBook(), { peek: true });
+    this.started = this.guard.startupError([check]).then((error) => {
       if (error !== undefined) this.raise(error);
       return error;
     });
@@ -171,6 +195,7 @@ export class RedisRatelimitStore {
       throw new RangeError(`windowMs must be a whole number of milliseconds from 1, not ${String(windowMs)}`);
     }
     if (limit === 0) return "deny-all";
+    this.erlLimit = limit;
     const Algorithm = { "fixed-window": FixedWindow, "sliding-counter": SlidingCounter, "sliding-log": SlidingLog }[
       this.algorithm
     ];
@@ -199,8 +224,9 @@ export class RedisRatelimitStore {
     if (limit === "deny-all") return { totalHits: 1, resetTime: undefined };
     let d;
     try {
-      d = await this.guard.send(commands.check(this.prefix + key, limit));
+      d = await this.guard.send(await this.command(this.prefix + key, limit, false));
     } catch (error) {
+      if (this.policyName !== undefined) this.policies.forget();
       if (error instanceof RedisConfigurationError) {
         this.raise(error);
         // express-rate-limit would let the request through: denied instead.
@@ -208,10 +234,25 @@ export class RedisRatelimitStore {
       }
       throw error;
     }
+    if (this.policyName !== undefined) {
+      // express-rate-limit denies past its own limit: the policy's answer in those terms.
+      return {
+        totalHits: d.allowed ? Math.min(this.erlLimit, d.limit - d.remaining) : this.erlLimit + 1,
+        resetTime: new Date(Date.now() + (d.allowed ? d.resetAfterMs : (d.retryAfterMs ?? d.resetAfterMs))),
+      };
+    }
     return {
       totalHits: d.allowed ? d.limit - d.remaining : d.limit + 1,
       resetTime: new Date(Date.now() + (d.allowed ? d.resetAfterMs : (d.retryAfterMs ?? d.resetAfterMs))),
     };
+  }
+
+  /** The check (or peek) of `key`: the limit's, or the named policy's (its definition read when stale). */
+  private async command(key: string, limit: Limit, peek: boolean): Promise<commands.Command<Decision>> {
+    const name = this.policyName;
+    if (name === undefined) return peek ? commands.peek(key, limit) : commands.check(key, limit);
+    if (this.policies.stale(name)) this.policies.put(name, await this.guard.send(policyGet(name)));
+    return policyCheck(key, name, this.policies, peek ? { peek: true } : {});
   }
 
   /** The module never gives a hit back: refused in `init` for the options that need it; a no-op otherwise. */
@@ -226,7 +267,7 @@ export class RedisRatelimitStore {
   async get(key: string): Promise<ClientRateLimitInfo | undefined> {
     const limit = this.limit();
     if (limit === "deny-all") return undefined;
-    const d = await this.guard.send(commands.peek(this.prefix + key, limit));
+    const d = await this.guard.send(await this.command(this.prefix + key, limit, true));
     const hits = d.limit - d.remaining;
     if (hits === 0 && d.resetAfterMs === 0) return undefined;
     return { totalHits: hits, resetTime: new Date(Date.now() + d.resetAfterMs) };

@@ -5,7 +5,10 @@ A line `print(...)  # -> TEXT` says what that print writes: the test compares
 the lines the block prints with those TEXTs, in order, `...` standing for any
 text and `A..B` for an integer from A to B (as in tests/doc_examples.rs, which
 runs the redis-cli sessions of the same pages). A block after
-`<!-- not run: why -->` is left out, as there."""
+`<!-- not run: why -->` is left out, as there. A block after
+`<!-- file: NAME -->` is a file the page's Python blocks read: each runs
+in a directory holding its page's files. The server holds no named
+policy when a block starts (FLUSHALL leaves them: they are dropped too)."""
 
 from __future__ import annotations
 
@@ -23,6 +26,20 @@ from .servers import REPO, Server
 
 def pages() -> list[Path]:
     return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def page_files(page: str) -> dict[str, str]:
+    """The blocks of `page` after `<!-- file: NAME -->`, by NAME."""
+    files: dict[str, str] = {}
+    lines = (REPO / page).read_text().splitlines()
+    for i, line in enumerate(lines):
+        named = re.fullmatch(r"<!--\s*file:\s*(\S+)\s*-->", line.strip())
+        if named is None:
+            continue
+        start = next(j for j in range(i + 1, len(lines)) if lines[j].strip().startswith("```"))
+        end = next(j for j in range(start + 1, len(lines)) if lines[j].strip().startswith("```"))
+        files[named.group(1)] = "\n".join(lines[start + 1 : end]) + "\n"
+    return files
 
 
 def python_blocks() -> list[tuple[str, int, str]]:
@@ -91,10 +108,21 @@ def test_every_page_with_python_has_its_blocks_found() -> None:
 
 @pytest.mark.parametrize(("page", "line", "code"), BLOCKS, ids=[f"{p}:{n}" for p, n, _ in BLOCKS])
 def test_every_python_block_runs_and_prints_what_it_says(
-    page: str, line: int, code: str, server: Server, r: redis.Redis
+    page: str,
+    line: int,
+    code: str,
+    server: Server,
+    r: redis.Redis,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert "port=6379" in code, f"{page}:{line}: a block connects with port=6379 (the test's port)"
     expected = [m.group(1) for m in re.finditer(r"# -> (.*)$", code, re.M)]
+    for name, _ in r.execute_command("RL.POLICY", "LIST"):  # type: ignore[no-untyped-call]
+        r.execute_command("RL.POLICY", "DEL", name)  # type: ignore[no-untyped-call]
+    for name, text in page_files(page).items():
+        (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {"__name__": f"doc_example_{line}"}
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):

@@ -11,6 +11,7 @@ use super::super::replicate::Run;
 use super::super::request::Request;
 use super::super::waiters;
 use super::all::{declare_keys, keys};
+use super::policy::{replayed_definition, request_of};
 use super::refund::refund;
 use crate::error::CommandError;
 use crate::parse;
@@ -68,6 +69,43 @@ fn apply_all_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
             let request = Request::All(parsed);
             decide(&run, &request, &keys, request.mode()).map(drop)
         });
+        run.propagate(Some(args), None);
+        result
+    });
+    reply(ctx, result)
+}
+
+command! {
+    /// `RL.APPLYCHECK <header><definition> key [key ...] [options]`: a
+    /// replay of `RL.CHECK`, its policy's definition in place of its name.
+    pub fn apply_check_command => apply_check_reply;
+}
+
+fn apply_check_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
+    if ctx.is_keys_position_request() {
+        let tiers = args
+            .bytes(1)
+            .and_then(|glued| Header::unglue(glued).ok())
+            .and_then(|(_, word)| replayed_definition(word).ok())
+            .map_or(0, |definition| definition.tiers.len());
+        for position in 2..2 + tiers {
+            ctx.key_at_pos(args, position);
+        }
+        return Status;
+    }
+    let result = replayed(ctx, args, 1).and_then(|(header, words)| {
+        if header.command != Command::Policy {
+            return Err(CommandError::invalid_state("not a replay of RL.CHECK"));
+        }
+        let run = Run::replay(ctx, &header);
+        let definition = replayed_definition(words.first().copied().unwrap_or_default())?;
+        let n = definition.tiers.len();
+        let keys: Vec<_> = (2..2 + n).filter_map(|i| args.key(i)).collect();
+        if keys.len() != n {
+            return Err(CommandError::Arity);
+        }
+        let result = request_of(&definition, words.get(1 + n..).unwrap_or_default())
+            .and_then(|request| decide(&run, &request, &keys, request.mode()).map(drop));
         run.propagate(Some(args), None);
         result
     });

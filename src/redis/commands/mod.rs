@@ -7,11 +7,14 @@ mod all;
 mod apply;
 mod check;
 mod leases;
+mod policy;
 mod refund;
 mod state;
 mod top;
 
 use std::ffi::{CStr, CString};
+
+pub use policy::restate as restate_policies;
 
 use super::command_info::{
     arg, double, integer, key, pure_token, string, Arg, ArgKind, Doc, KeyPosition, KeySpec, ACCESS,
@@ -316,6 +319,26 @@ pub fn table() -> Vec<Command> {
                 ],
             },
         },
+        Command {
+            name: CString::from(c"rl.applycheck"),
+            handler: apply::apply_check_command,
+            flags: c"write getkeys-api",
+            keys: (0, 0, 0),
+            doc: Doc {
+                summary: "A replay of RL.CHECK: how replicas and AOF files receive what it changed (RL.CHECK's words, the policy's definition in place of its name, with the primary's time and settings pinned in a header glued to it). Only a primary or an AOF file may send it.",
+                since: FIRST_RELEASE,
+                complexity: "The complexity of the RL.CHECK replayed",
+                keys: KeySpec {
+                    position: KeyPosition::AfterPolicyName,
+                    flags: RW | ACCESS | UPDATE,
+                },
+                args: vec![
+                    string("definition", "The header, then the policy's definition (its words, space-separated)."),
+                    key("RL.CHECK's keys.").multiple(),
+                    string("word", "RL.CHECK's options.").optional().multiple(),
+                ],
+            },
+        },
         // Its keys are counted by `numkeys`: Redis asks the command itself
         // where they are (getkeys-api), for cluster routing and COMMAND GETKEYS.
         Command {
@@ -343,7 +366,59 @@ pub fn table() -> Vec<Command> {
         },
     ]);
     table.push(top::command());
+    table.extend(policy_commands());
     table
+}
+
+/// `RL.POLICY` and `RL.CHECK`.
+fn policy_commands() -> [Command; 2] {
+    [
+        // No key: a policy is module state, not data (like FUNCTION
+        // libraries). may-replicate: its changes are propagated (and so
+        // paused by CLIENT PAUSE WRITE), while a replica still answers
+        // GET, LIST, HISTORY and DIGEST.
+        Command {
+            name: CString::from(c"rl.policy"),
+            handler: policy::policy_command,
+            flags: c"may-replicate",
+            keys: (0, 0, 0),
+            doc: Doc {
+                summary: "Named policies: SET name <tier> [<tier> ...] [PENALTY duration] [SHADOW] [ON-CHANGE KEEP] [DRYRUN] defines one (a tier as RL.ALL takes a spec) and replies its version; GET name, LIST, DEL name, HISTORY name (the last 5 versions), ROLLBACK name version (that version current again, as a new version), DIGEST (a hex digest of every policy, equal on nodes holding the same). Held in module memory: not keys, FLUSHALL keeps them; saved in the RDB, propagated to replicas and the AOF.",
+                since: FIRST_RELEASE,
+                complexity: "O(N) where N is the size of the definitions read or written (LIST and DIGEST: of all policies)",
+                keys: super::command_info::NO_KEYS,
+                args: vec![
+                    string("subcommand", "SET, GET, LIST, DEL, HISTORY, ROLLBACK or DIGEST."),
+                    string("arg", "The subcommand's arguments: a policy name (1 to 128 printable ASCII characters, no spaces), then SET's definition or ROLLBACK's version.").optional().multiple(),
+                ],
+            },
+        },
+        Command {
+            name: CString::from(c"rl.check"),
+            handler: policy::check_command,
+            // Not `write`: a replica answers `RL.CHECK ... PEEK` (the
+            // command itself refuses anything else there, as Redis refuses
+            // a write). may-replicate: CLIENT PAUSE WRITE holds it back.
+            flags: c"may-replicate getkeys-api",
+            keys: (0, 0, 0),
+            doc: Doc {
+                summary: "Checks keys against a named policy (RL.POLICY): one key per tier of the policy, answered exactly as the inline command with the policy's parameters (one tier: that algorithm's command; several: RL.ALL), the policy's PENALTY and SHADOW applied. An unknown policy is an error naming it, never an allow.",
+                since: FIRST_RELEASE,
+                complexity: "The complexity of the inline command it stands for",
+                keys: KeySpec {
+                    position: KeyPosition::AfterPolicyName,
+                    flags: RW | ACCESS | UPDATE,
+                },
+                args: vec![
+                    string("policy", "The policy's name."),
+                    key("One key per tier of the policy, in the order of its tiers.").multiple(),
+                    COST,
+                    PEEK,
+                    BLOCK,
+                ],
+            },
+        },
+    ]
 }
 
 /// `RL.ALL`'s spec argument, naming every algorithm of the registry.

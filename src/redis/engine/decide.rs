@@ -72,5 +72,6 @@ pub fn decide(
             let (combined, tiers) = all(run, keys, args, mode)?;
             Outcome::All(combined, tiers)
         }
+        Request::Policy { request, .. } => decide(run, request, keys, mode)?,
     })
 }

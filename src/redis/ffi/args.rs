@@ -206,3 +206,46 @@ impl Drop for OwnedNames {
         }
     }
 }
+
+/// A command's arguments the module made itself (`RL.CHECK`'s inline
+/// command, which waits and replays as that command), as string objects,
+/// freed when dropped.
+pub struct OwnedArgs(Vec<*mut raw::RedisModuleString>);
+
+impl OwnedArgs {
+    pub fn new<'w>(words: impl Iterator<Item = &'w [u8]>) -> Self {
+        Self(
+            words
+                .map(|word| {
+                    // SAFETY: a null context makes a string the module owns;
+                    // the buffer is read during the call.
+                    unsafe {
+                        rm!(RedisModule_CreateString)(
+                            std::ptr::null_mut(),
+                            word.as_ptr().cast::<c_char>(),
+                            word.len(),
+                        )
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    /// The arguments, for as long as `self` lives (mutably borrowed: a
+    /// propagation may swap entries for the length of its call).
+    pub fn args(&mut self) -> Args<'_> {
+        let argc = c_int::try_from(self.0.len()).unwrap_or(0);
+        // SAFETY: `argc` live strings owned by `self`, which outlives the
+        // borrow.
+        unsafe { Args::new(self.0.as_mut_ptr(), argc) }
+    }
+}
+
+impl Drop for OwnedArgs {
+    fn drop(&mut self) {
+        for &ptr in &self.0 {
+            // SAFETY: made by `new`, freed once.
+            unsafe { rm!(RedisModule_FreeString)(std::ptr::null_mut(), ptr) };
+        }
+    }
+}

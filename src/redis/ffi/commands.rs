@@ -167,11 +167,28 @@ fn c_key_spec(keys: &KeySpec) -> Option<raw::RedisModuleCommandKeySpec> {
                 },
             },
         ),
+        // The first key at argument 2; the rest only the command knows.
+        KeyPosition::AfterPolicyName => (
+            2,
+            raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
+            FindKeys {
+                range: Range {
+                    lastkey: 0,
+                    keystep: 1,
+                    limit: 0,
+                },
+            },
+        ),
         KeyPosition::NoKeys => return None,
+    };
+    let incomplete = if matches!(keys.position, KeyPosition::AfterPolicyName) {
+        u64::from(raw::REDISMODULE_CMD_KEY_INCOMPLETE)
+    } else {
+        0
     };
     Some(raw::RedisModuleCommandKeySpec {
         notes: null(),
-        flags: key_spec_flags(keys.flags),
+        flags: key_spec_flags(keys.flags) | incomplete,
         begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
         bs: BeginSearch {
             index: Index { pos: begin_at },

@@ -238,6 +238,16 @@ impl<'a> Ctx<'a> {
         self.flags() & trusted as c_int != 0
     }
 
+    /// Whether this server appends to an AOF (`appendonly yes`).
+    pub fn aof_on(self) -> bool {
+        self.flags() & raw::REDISMODULE_CTX_FLAGS_AOF as c_int != 0
+    }
+
+    /// Whether this server is a replica (its data comes from its primary).
+    pub fn is_replica(self) -> bool {
+        self.flags() & raw::REDISMODULE_CTX_FLAGS_SLAVE as c_int != 0
+    }
+
     /// Propagates the running command as it is (to replicas and the AOF).
     pub fn replicate_verbatim(self) {
         // SAFETY: `ptr` is the running command's context.

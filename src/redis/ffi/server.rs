@@ -87,6 +87,31 @@ fn subscribe_server_event(
 }
 
 static CONFIG_CHANGED: OnceLock<fn()> = OnceLock::new();
+static FORKED: OnceLock<fn(Ctx<'_>)> = OnceLock::new();
+
+/// Calls `f` in the parent right after each fork of a child (an AOF
+/// rewrite, an RDB save), at load time. An AOF rewrite has opened its new
+/// incremental file before it forks, so what `f` propagates lands after the
+/// rewritten base file.
+pub fn on_fork(ctx: Ctx<'_>, f: fn(Ctx<'_>)) -> bool {
+    let _ = FORKED.set(f);
+    subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FORK_CHILD, forked)
+}
+
+unsafe extern "C" fn forked(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    if subevent != raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
+        return;
+    }
+    if let Some(f) = FORKED.get() {
+        // SAFETY: Redis passes the event's live context.
+        f(unsafe { Ctx::new(ctx) });
+    }
+}
 static FLUSHED: OnceLock<fn(Ctx<'_>, Option<c_int>)> = OnceLock::new();
 static SWAPPED: OnceLock<fn(Ctx<'_>, c_int, c_int)> = OnceLock::new();
 

@@ -327,3 +327,93 @@ unsafe extern "C" fn copy<A: TypedValue>(
         None => std::ptr::null_mut(),
     }
 }
+
+/// What the RDB's module aux data holds for this module: the named
+/// policies (`crate::policies`), written by the first function before the
+/// keys and read back by the second (which answers whether it could).
+pub type Aux = (fn() -> Vec<u8>, fn(&[u8]) -> bool);
+
+static AUX: OnceLock<Aux> = OnceLock::new();
+
+/// The data type that carries the module's aux data in RDB files. It never
+/// holds a key; its name is what an RDB file names the aux data by.
+static AUX_TYPE: RedisType = RedisType::new(
+    "rl-policy",
+    ENCODING_VERSION,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(no_value_load),
+        rdb_save: Some(no_value_save),
+        aof_rewrite: None,
+        mem_usage: None,
+        digest: None,
+        free: None,
+        aux_load: Some(aux_load),
+        aux_save: Some(aux_save),
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as i32,
+        free_effort: None,
+        unlink: None,
+        copy: None,
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: None,
+    },
+);
+
+/// Creates the aux data's type (at load time), saving and loading with `aux`.
+pub fn create_aux(ctx: Ctx<'_>, aux: Aux) -> Result<(), String> {
+    let _ = AUX.set(aux);
+    create(ctx, &AUX_TYPE)
+}
+
+/// No key holds the aux type: a value of it in an RDB file is refused.
+unsafe extern "C" fn no_value_load(_rdb: *mut raw::RedisModuleIO, _encver: c_int) -> *mut c_void {
+    std::ptr::null_mut()
+}
+
+unsafe extern "C" fn no_value_save(_rdb: *mut raw::RedisModuleIO, _value: *mut c_void) {}
+
+unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
+    if when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+        return;
+    }
+    if let Some((save, _)) = AUX.get() {
+        let buf = save();
+        // SAFETY: `rdb` is the open RDB stream; the buffer outlives the call.
+        unsafe { rm!(RedisModule_SaveStringBuffer)(rdb, buffer_ptr(&buf), buf.len()) };
+    }
+}
+
+unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int) -> c_int {
+    const OK: c_int = raw::REDISMODULE_OK as c_int;
+    const ERR: c_int = raw::REDISMODULE_ERR as c_int;
+    if encver != ENCODING_VERSION || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+        return ERR;
+    }
+    let Some((_, load)) = AUX.get() else {
+        return ERR;
+    };
+    let mut len = 0usize;
+    // SAFETY: `rdb` is the open stream; Redis allocates the returned buffer.
+    let ptr = unsafe { rm!(RedisModule_LoadStringBuffer)(rdb, &mut len) };
+    // SAFETY: `rdb` is the open stream.
+    if ptr.is_null() || unsafe { rm!(RedisModule_IsIOError)(rdb) } != 0 {
+        if !ptr.is_null() {
+            // SAFETY: allocated by Redis for us, freed once.
+            unsafe { rm!(RedisModule_Free)(ptr.cast()) };
+        }
+        return ERR;
+    }
+    // SAFETY: Redis returned `len` readable bytes at `ptr`.
+    let loaded = load(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) });
+    // SAFETY: allocated by Redis for us, freed once, after its last use.
+    unsafe { rm!(RedisModule_Free)(ptr.cast()) };
+    if loaded {
+        OK
+    } else {
+        ERR
+    }
+}

@@ -8,6 +8,7 @@ from .decision import Decision, Headers, Lease, Policy
 from .errors import (
     InvalidArgumentError,
     ModuleNotLoadedError,
+    PolicyNotFoundError,
     RateLimitError,
     RateLimitExceeded,
     UnblockedError,
@@ -16,6 +17,17 @@ from .errors import (
 from .global_limit import AsyncGlobalLimit, GlobalLimit, Stats
 from .info import KeyInfo
 from .limits import GCRA, FixedWindow, LeakyBucket, Limit, SlidingCounter, SlidingLog, TokenBucket
+from .policies import (
+    NamedPolicy,
+    PolicyChange,
+    PolicyDefinition,
+    PolicyInfo,
+    PolicySyncError,
+    SyncReport,
+    load_policies,
+    policy_keys,
+    sync_policies,
+)
 from .top import TopEntry
 from .units import Duration, Rate
 
@@ -36,7 +48,13 @@ __all__ = [
     "Lease",
     "Limit",
     "ModuleNotLoadedError",
+    "NamedPolicy",
     "Policy",
+    "PolicyChange",
+    "PolicyDefinition",
+    "PolicyInfo",
+    "PolicyNotFoundError",
+    "PolicySyncError",
     "Rate",
     "RateLimitError",
     "RateLimitExceeded",
@@ -44,8 +62,12 @@ __all__ = [
     "SlidingCounter",
     "SlidingLog",
     "Stats",
+    "SyncReport",
     "TokenBucket",
     "TopEntry",
     "UnblockedError",
     "WrongTypeError",
+    "load_policies",
+    "policy_keys",
+    "sync_policies",
 ]

@@ -16,7 +16,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 from typing_extensions import Unpack
 
-from . import commands, limits
+from . import commands, limits, policies
 from .cache import DenialCache
 from .commands import CheckOptions, Command, Key, Tiers
 from .decision import Decision, Lease
@@ -24,6 +24,7 @@ from .errors import RateLimitExceeded, translate
 from .info import KeyInfo
 from .kinds import require_async
 from .limits import Limit
+from .policies import NamedPolicy, PolicyBook, PolicyInfo
 from .top import TopEntry
 from .units import Duration, Rate
 
@@ -49,6 +50,9 @@ class AsyncRateLimiter:
         #: again locally, without a round trip, until that wait has passed
         #: (the same command: key, limit, options); off by default.
         self.denials = DenialCache() if denial_cache else None
+        #: The definitions of the named policies checked through this
+        #: client, read for the headers (`policies.PolicyBook`).
+        self.policies = PolicyBook()
 
     async def run(self, command: Command[T]) -> T:
         """Sends `command`; an error reply raises the matching exception
@@ -58,11 +62,11 @@ class AsyncRateLimiter:
             cached = self.denials.get(command.words)
             if cached is not None:
                 return cast(T, cached)
-        route = (
-            {"target_nodes": self.redis.get_primaries()}
-            if command.every_primary and isinstance(self.redis, RedisCluster)
-            else {}
-        )
+        route: dict[str, object] = {}
+        if command.every_primary and isinstance(self.redis, RedisCluster):
+            route = {"target_nodes": self.redis.get_primaries()}
+        elif command.any_node and isinstance(self.redis, RedisCluster):
+            route = {"target_nodes": self.redis.get_default_node()}
         try:
             reply = await self.redis.execute_command(*command.words, **route)
         except ResponseError as error:
@@ -79,14 +83,31 @@ class AsyncRateLimiter:
         timeout = kwargs.get("socket_timeout")
         return None if timeout is None else float(timeout)
 
-    async def check(self, key: Key, limit: Limit, **options: Unpack[CheckOptions]) -> Decision:
-        """Checks `key` against `limit` (any algorithm)."""
+    async def check(
+        self, key: Key, limit: Limit | NamedPolicy, **options: Unpack[CheckOptions]
+    ) -> Decision:
+        """Checks `key` against `limit` (any algorithm), or against a named
+        policy (``RL.CHECK``; a policy of several tiers checks one key per
+        tier, `policies.policy_keys`). A policy Redis does not hold raises
+        `PolicyNotFoundError`."""
+        if isinstance(limit, NamedPolicy):
+            name = limit.static_name()
+            if self.policies.stale(name):
+                self.policies.put(name, await self.run(policies.get_command(name)))
+            return await self.run(policies.check_command(key, name, self.policies, **options))
         return await self.run(commands.check(key, limit, **options))
 
-    async def peek(self, key: Key, limit: Limit, *, cost: int = 1) -> Decision:
+    async def peek(self, key: Key, limit: Limit | NamedPolicy, *, cost: int = 1) -> Decision:
         """``RL.PEEK``: what checking `key` against `limit` would answer now,
-        changing nothing (a read-only command: replicas answer it)."""
+        changing nothing (a read-only command: replicas answer it). For a
+        named policy, ``RL.CHECK ... PEEK``."""
+        if isinstance(limit, NamedPolicy):
+            return await self.check(key, limit, cost=cost, peek=True)
         return await self.run(commands.peek(key, limit, cost))
+
+    async def policy(self, name: str) -> PolicyInfo | None:
+        """``RL.POLICY GET``: the policy's version and definition, or None."""
+        return await self.run(policies.get_command(name))
 
     # algorithms: begin
     # One method per algorithm of limits.ALGORITHMS, made by tools/unasync.py

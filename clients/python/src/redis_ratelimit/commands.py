@@ -95,6 +95,9 @@ class Command(Generic[T]):
     #: client sends it to every primary, and `parse` takes their replies
     #: by node name (a mapping) as well as one server's reply.
     every_primary: bool = False
+    #: A command about the server that any one node answers (``RL.POLICY
+    #: GET``): a cluster client sends it to its default node.
+    any_node: bool = False
     #: A check whose denial the denial cache may answer again until its
     #: retry time: not a peek (it takes nothing), a block (it waits) or a
     #: shadow check (it never denies).

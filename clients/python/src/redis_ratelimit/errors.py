@@ -7,6 +7,7 @@ which kind it was, with the command's name in front of the server's words.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from redis.exceptions import ResponseError
@@ -30,6 +31,16 @@ class InvalidArgumentError(RateLimitError, ValueError):
     must be ...``, ``ERR syntax error: ...``)."""
 
 
+class PolicyNotFoundError(InvalidArgumentError):
+    """``RL.CHECK`` named a policy the server does not hold (never
+    defined, or deleted): ``ERR no policy 'name'``. ``policy`` is its name.
+    Never answered as allowed: define it (`sync_policies`) or check another."""
+
+    def __init__(self, command: str, message: str, policy: str) -> None:
+        super().__init__(command, message)
+        self.policy = policy
+
+
 class WrongTypeError(RateLimitError, TypeError):
     """The key holds something else: a string, a list, or another
     algorithm's state (``WRONGTYPE``)."""
@@ -47,6 +58,9 @@ class UnblockedError(RateLimitError):
     Nothing was taken; ask again (on the new primary)."""
 
 
+_NO_POLICY = re.compile(r"no policy '(.*)'")
+
+
 def translate(error: ResponseError, command: str) -> ResponseError:
     """The exception to raise for an error reply to `command`.
 
@@ -61,6 +75,9 @@ def translate(error: ResponseError, command: str) -> ResponseError:
         return WrongTypeError(command, message)
     if message.startswith("UNBLOCKED"):
         return UnblockedError(command, message)
+    named = _NO_POLICY.match(message)
+    if named is not None:
+        return PolicyNotFoundError(command, message, named.group(1))
     if message.startswith("unknown command"):
         return ModuleNotLoadedError(
             command, f"{message} (is the redis-ratelimit module loaded on this server?)"

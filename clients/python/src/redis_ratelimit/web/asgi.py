@@ -64,6 +64,18 @@ async def decide_async(
 ) -> Verdict:
     """`core.decide`, awaiting Redis."""
     pending = rule.start(request, cluster=cluster, scope=scope)
+    if isinstance(pending, Pending) and pending.reads:
+        try:
+            answers = [await guard.run(command) for command in pending.reads]
+        except REFUSED_CREDENTIALS as error:
+            rule.refused(error)
+            raise
+        except UNREACHABLE as error:
+            return rule.unreachable(error)
+        except UNUSABLE as error:
+            return rule.unusable(error)
+        rule.learn(pending.reads, answers)
+        pending = rule.start(request, cluster=cluster, scope=scope, read=False)
     if isinstance(pending, Verdict):
         return pending
     decisions = await rule.spend_globals_async(pending)

@@ -40,6 +40,7 @@ from ..commands import Command
 from ..decision import Decision
 from ..errors import InvalidArgumentError, ModuleNotLoadedError
 from ..limits import Limit, parse_rates
+from ..policies import NamedPolicy, PolicyBook, PolicyInfo, check_command, get_command
 from ..units import Duration, check_duration, check_rate
 from .guard import DEFAULT_COOLDOWN, DEFAULT_TIMEOUT, IN_TRANSITION, REFUSED
 
@@ -350,7 +351,7 @@ class By:
     ``Rule([TokenBucket(10, 1), By(api_key(), FixedWindow(1000, "1d"))])``
     checks the peer's bucket and the API key's daily quota at once."""
 
-    def __init__(self, key: KeyFunc, *limits: Limit | str) -> None:
+    def __init__(self, key: KeyFunc, *limits: Limit | NamedPolicy | str) -> None:
         if not callable(key):
             raise TypeError(f"By's first argument is the key function, not {key!r}")
         self.key = key
@@ -363,7 +364,8 @@ class By:
 GlobalLike = Any
 
 #: What `Rule` takes as its limits.
-Limits = Limit | str | By | Sequence[Limit | str | By | GlobalLike] | GlobalLike
+_Limit = Limit | NamedPolicy | str | By
+Limits = _Limit | Sequence[_Limit | GlobalLike] | GlobalLike
 
 
 def _is_global(item: object) -> bool:
@@ -372,19 +374,32 @@ def _is_global(item: object) -> bool:
     return isinstance(item, (GlobalLimit, AsyncGlobalLimit))
 
 
-def _limits(items: Sequence[Limit | str]) -> list[Limit]:
-    out: list[Limit] = []
+def _limits(items: Sequence[Limit | NamedPolicy | str]) -> list[Limit | NamedPolicy]:
+    out: list[Limit | NamedPolicy] = []
     for item in items:
         if isinstance(item, str):
             out += parse_rates(item)
-        elif isinstance(item, Limit):
+        elif isinstance(item, (Limit, NamedPolicy)):
             out.append(item)
         else:
             raise TypeError(
-                f"a limit must be a Limit (TokenBucket(...), FixedWindow(...), ...), a rate "
-                f'string such as "10/second", or By(key, ...); not {type(item).__name__}'
+                f"a limit must be a Limit (TokenBucket(...), FixedWindow(...), ...), a "
+                f'NamedPolicy("plan:pro"), a rate string such as "10/second", or By(key, ...); '
+                f"not {type(item).__name__}"
             )
     return out
+
+
+def _tier_name(limit: Limit | NamedPolicy) -> str:
+    return limit.key_name if isinstance(limit, NamedPolicy) else limit.policy().name
+
+
+def _tier_print(limit: Limit | NamedPolicy) -> Hashable:
+    """A limit as the rule's fingerprint holds it: a named policy's
+    function by its name, so an app built twice has one fingerprint."""
+    if isinstance(limit, NamedPolicy) and callable(limit.name):
+        return ("policy", _function_name(limit.name), limit.label)
+    return limit
 
 
 def _check_bool(name: str, value: object) -> None:
@@ -397,7 +412,7 @@ class Tier:
     """One limit of a rule with the key function naming its identity."""
 
     key: KeyFunc
-    limit: Limit
+    limit: Limit | NamedPolicy
     name: str
 
 
@@ -411,6 +426,9 @@ class Pending:
     cache_key: tuple[str | int, ...]
     #: The request's cost, which the rule's global limits spend.
     cost: int = 1
+    #: The named policies whose definitions are to be read first
+    #: (``RL.POLICY GET``), then `Rule.start` called again.
+    reads: list[Command[PolicyInfo | None]] = field(default_factory=list)
 
 
 class Rule:
@@ -479,16 +497,16 @@ class Rule:
     ) -> None:
         if not callable(key):
             raise TypeError(f"key must be a function of the request, not {key!r}")
-        single = isinstance(limits, (Limit, str, By)) or _is_global(limits)
+        single = isinstance(limits, (Limit, NamedPolicy, str, By)) or _is_global(limits)
         items: list[Any] = [limits] if single else list(cast(Sequence[Any], limits))
         tiers: list[Tier] = []
         self.globals: list[Any] = [item for item in items if _is_global(item)]
         items = [item for item in items if not _is_global(item)]
         for item in items:
             if isinstance(item, By):
-                tiers += [Tier(item.key, lim, lim.policy().name) for lim in item.limits]
+                tiers += [Tier(item.key, lim, _tier_name(lim)) for lim in item.limits]
             else:
-                tiers += [Tier(key, lim, lim.policy().name) for lim in _limits([item])]
+                tiers += [Tier(key, lim, _tier_name(lim)) for lim in _limits([item])]
         if not tiers and not self.globals:
             raise ValueError("give at least one limit")
         names = [tier.name for tier in tiers]
@@ -511,6 +529,11 @@ class Rule:
             _check_bool(flag, value)
         if penalty is not None:
             check_duration("penalty", penalty)
+        if (penalty is not None or shadow) and any(isinstance(t.limit, NamedPolicy) for t in tiers):
+            raise ValueError(
+                "a rule with a named policy takes no penalty= or shadow=: they are the "
+                "policy's own (PENALTY, SHADOW in its definition), set where it is defined"
+            )
         if on_missing_identity not in ("shared", "refuse", "exempt"):
             raise ValueError(
                 f'on_missing_identity must be "shared", "refuse" or "exempt", '
@@ -525,6 +548,9 @@ class Rule:
         check_rate("cooldown", cooldown)
         self.tiers = tiers
         self.limits = tuple(tier.limit for tier in tiers)
+        #: The definitions of the rule's named policies, read for the headers
+        #: and for their number of tiers (each tier its own key).
+        self.policies = PolicyBook()
         self.names = names
         self.key = key
         self.prefix = prefix
@@ -562,7 +588,10 @@ class Rule:
         return (
             self.prefix,
             self.scope,
-            tuple((tier.name, tier.limit, _function_name(tier.key)) for tier in self.tiers),
+            tuple(
+                (tier.name, _tier_print(tier.limit), _function_name(tier.key))
+                for tier in self.tiers
+            ),
             self.penalty,
             self.shadow,
             self.cost if isinstance(self.cost, int) else _function_name(self.cost),
@@ -596,15 +625,25 @@ class Rule:
         return identity
 
     def start(
-        self, request: Request, *, cluster: bool = False, scope: str | None = None
+        self,
+        request: Request,
+        *,
+        cluster: bool = False,
+        scope: str | None = None,
+        read: bool = True,
     ) -> Pending | Verdict:
         """What to ask Redis about `request`, or the verdict when Redis
         need not be asked: exempt, refused, or denied by the local cache.
         Then `finish` with the decisions. `scope`: this request's, when the
-        rule has none of its own (a FastAPI dependency's route)."""
+        rule has none of its own (a FastAPI dependency's route).
+
+        With named policies whose definitions are not known (or older than
+        `policies.MAX_AGE_S`), and `read`, the pending's `reads` are to be
+        run first (`learn` their answers), then `start` again with
+        ``read=False``."""
         if self.exempt is not None and self.exempt(request):
             return PASS
-        keyed: list[tuple[str, str, Limit]] = []  # (identity, key, limit)
+        keyed: list[tuple[str, str, Limit | NamedPolicy]] = []  # (identity, key, limit)
         scope = self.scope or scope
         scope = f"{scope}:" if scope else ""
         for tier in self.tiers:
@@ -617,34 +656,58 @@ class Rule:
                 )
         if not keyed and not self.globals:
             return PASS
+        named = {
+            id(limit): limit.resolve(request)
+            for _, _, limit in keyed
+            if isinstance(limit, NamedPolicy)
+        }
+        if read:
+            stale = sorted({n for n in named.values() if self.policies.stale(n)})
+            if stale:
+                return Pending([], (), reads=[get_command(n) for n in stale])
         cost = self.cost(request) if callable(self.cost) else self.cost
         if isinstance(cost, bool) or not isinstance(cost, int) or cost < 1:
             raise ValueError(f"the rule's cost function returned {cost!r}: it must be an int >= 1")
-        cache_key: tuple[str | int, ...] = (cost, *(key for _, key, _ in keyed))
+        cache_key: tuple[str | int, ...] = (
+            cost,
+            *(key for _, key, _ in keyed),
+            *sorted(named.values()),
+        )
         if self.denials is not None and keyed:
             cached = self.denials.get(cache_key)
             if cached is not None:
                 return self.verdict(cached, request)
         options = commands.CheckOptions(cost=cost, penalty=self.penalty, shadow=self.shadow)
         groups: list[list[tuple[str, Limit]]] = []
+        inline = [(i, k, lim) for i, k, lim in keyed if isinstance(lim, Limit)]
         if cluster:
             # Keys of one identity share a hash tag, so a slot: one RL.ALL each.
             by_identity: dict[str, list[tuple[str, Limit]]] = {}
-            for identity, key, limit in keyed:
+            for identity, key, limit in inline:
                 by_identity.setdefault(identity, []).append((key, limit))
             groups = list(by_identity.values())
-        elif keyed:
-            groups = [[(key, limit) for _, key, limit in keyed]]
-        return Pending(
-            [
-                commands.check(g[0][0], g[0][1], **options)
-                if len(g) == 1
-                else commands.check_all(g, **options)
-                for g in groups
-            ],
-            cache_key,
-            cost,
-        )
+        elif inline:
+            groups = [[(key, limit) for _, key, limit in inline]]
+        checks = [
+            commands.check(g[0][0], g[0][1], **options)
+            if len(g) == 1
+            else commands.check_all(g, **options)
+            for g in groups
+        ]
+        # A named policy is its own RL.CHECK, after the inline limits; its
+        # tiers' keys are the rule's key for it, then :0, :1... (one slot:
+        # the identity is the hash tag).
+        checks += [
+            check_command(key, named[id(limit)], self.policies, label=limit.key_name, **options)
+            for _, key, limit in keyed
+            if isinstance(limit, NamedPolicy)
+        ]
+        return Pending(checks, cache_key, cost)
+
+    def learn(self, reads: list[Command[PolicyInfo | None]], answers: list[Any]) -> None:
+        """Keeps the definitions `reads` answered (None: no such policy)."""
+        for command, info in zip(reads, answers, strict=True):
+            self.policies.put(str(command.args[1]), info)
 
     def finish(self, pending: Pending, decisions: list[Decision], request: Request) -> Verdict:
         """The verdict from the decisions of `pending`'s commands (all of
@@ -726,7 +789,10 @@ class Rule:
 
     def unusable(self, error: Exception) -> Verdict:
         """The server cannot run this rule (`UNUSABLE`): logged at ERROR once,
-        then answered as `fail_open` says."""
+        then answered as `fail_open` says. The named policies' definitions
+        are read again on the next request (a policy's tiers may have
+        changed, or it may be defined since)."""
+        self.policies.forget()
         if not self._told_unusable:
             self._told_unusable = True
             logger.error(
@@ -793,12 +859,17 @@ class Rule:
         return None
 
     def peeks(self) -> list[Command[Decision]]:
-        """One ``RL.PEEK`` per limit, on a key no request uses: what
-        `validate` sends."""
-        return [
-            commands.peek(f"{self.prefix}:{{rl-validate}}:{tier.name}", tier.limit)
-            for tier in self.tiers
-        ]
+        """One ``RL.PEEK`` per limit, on a key no request uses (for a named
+        policy of a fixed name, ``RL.CHECK ... PEEK``: the policy must be
+        defined): what `validate` sends."""
+        out: list[Command[Decision]] = []
+        for tier in self.tiers:
+            key = f"{self.prefix}:{{rl-validate}}:{tier.name}"
+            if isinstance(tier.limit, Limit):
+                out.append(commands.peek(key, tier.limit))
+            elif not callable(tier.limit.name):
+                out.append(check_command(key, tier.limit.name, PolicyBook(), peek=True))
+        return out
 
 
 def _function_name(function: Callable[..., Any]) -> str:
@@ -1193,13 +1264,25 @@ def join_headers(pairs: list[tuple[str, str]]) -> dict[str, str]:
 
 
 def decide(
-    rule: Rule, request: Request, run: Callable[[Command[Decision]], Decision], cluster: bool
+    rule: Rule, request: Request, run: Callable[[Command[Any]], Any], cluster: bool
 ) -> Verdict:
     """The verdict on `request`, asking Redis through `run` (a sync guard's;
     the ASGI middleware has its own lines for await). The rule's global
     limits decide first, locally; a request not let through gives back what
     they allowed."""
     pending = rule.start(request, cluster=cluster)
+    if isinstance(pending, Pending) and pending.reads:
+        try:
+            answers = [run(command) for command in pending.reads]
+        except REFUSED_CREDENTIALS as error:
+            rule.refused(error)
+            raise
+        except UNREACHABLE as error:
+            return rule.unreachable(error)
+        except UNUSABLE as error:
+            return rule.unusable(error)
+        rule.learn(pending.reads, answers)
+        pending = rule.start(request, cluster=cluster, read=False)
     if isinstance(pending, Verdict):
         return pending
     decisions = rule.spend_globals(pending)
