@@ -263,7 +263,7 @@ mod tests {
         assert!(!bad(&|_| {}));
         assert!(bad(&|w| w.truncate(12)));
         assert!(bad(&|w| w[0] = 0));
-        assert!(bad(&|w| w[0] = 0x45));
+        assert!(bad(&|w| w[0] = 0x46));
         assert!(bad(&|w| w[8] = 0x80), "a negative time");
         assert!(bad(&|w| w[12] = 0xff), "a slack of more than a day");
         let acquire = Header {
