@@ -57,7 +57,10 @@ pub fn all<S: Store>(
         // request's parameters, if sooner (past that a new key answers the
         // same).
         let penalty_ms = penalty_of(&parsed.options);
-        let mut penalties = Vec::with_capacity(keys.len());
+        // Each tier's penalty end, `NO_PENALTY` for none: plain integers, so
+        // no `None` with undefined payload bytes sits in the heap (valgrind
+        // flags the branch the optimiser builds over such a payload).
+        let mut penalties: Vec<i64> = Vec::with_capacity(keys.len());
         for (((decision, planned), tier), &key_name) in decisions
             .iter_mut()
             .zip(&planned)
@@ -73,7 +76,7 @@ pub fn all<S: Store>(
             if let Some(until_ms) = until_ms {
                 *decision = penalty::denied_until(until_ms, run.now_ms(), *decision);
             }
-            penalties.push(until_ms);
+            penalties.push(until_ms.unwrap_or(NO_PENALTY));
         }
         let combined = Decision::all_of(&decisions);
         let turn_ms = turn_of(&combined, run.now_ms(), parsed.options.block_ms);
@@ -82,11 +85,15 @@ pub fn all<S: Store>(
         {
             let new_at_ms = run.now_ms().saturating_add(decision.reset_after_ms);
             let held_ms = turn_ms.map(|turn_ms| turn_ms.min(new_at_ms));
+            let until_ms = (until_ms != NO_PENALTY).then_some(until_ms);
             settle_tier(run, key_name, tier, until_ms, held_ms)?;
         }
     }
     Ok((Decision::all_of(&decisions), decisions))
 }
+
+/// No penalty starts on this tier (see `all`).
+const NO_PENALTY: i64 = i64::MIN;
 
 /// Plans the tier of the algorithm `tier` names, made from the registry so
 /// every algorithm has its arm and no other.
