@@ -14,18 +14,17 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from typing_extensions import Unpack
 
-from ..decision import Decision
 from ..kinds import require_async
 from .core import (
     REFUSED_CREDENTIALS,
     UNREACHABLE,
-    UNUSABLE,
+    Deciding,
     Limits,
-    Pending,
     Request,
     Response,
     Rule,
     RuleOptions,
+    SpendGlobals,
     Verdict,
     build_rule,
     claim_keys,
@@ -62,48 +61,20 @@ def asgi_request(scope: Mapping[str, Any]) -> Request:
 async def decide_async(
     rule: Rule, request: Request, guard: AsyncGuard, cluster: bool, scope: str | None = None
 ) -> Verdict:
-    """`core.decide`, awaiting Redis."""
-    pending = rule.start(request, cluster=cluster, scope=scope)
-    if isinstance(pending, Pending) and pending.reads:
+    """`core.decide`, awaiting Redis and the global limits (`Deciding`)."""
+    deciding = Deciding(rule, request, cluster, scope)
+    step = deciding.start()
+    while not isinstance(step, Verdict):
         try:
-            answers = [await guard.run(command) for command in pending.reads]
-        except REFUSED_CREDENTIALS as error:
-            rule.refused(error)
-            raise
-        except UNREACHABLE as error:
-            return rule.unreachable(error)
-        except UNUSABLE as error:
-            return rule.unusable(error)
-        rule.learn(pending.reads, answers)
-        pending = rule.start(request, cluster=cluster, scope=scope, read=False)
-    if isinstance(pending, Verdict):
-        return pending
-    decisions = await rule.spend_globals_async(pending)
-    if decisions and not decisions[-1].allowed:
-        return rule.finish(pending, decisions, request)
-    verdict = await _ask_async(rule, request, pending, decisions, guard)
-    if verdict.response is not None:
-        rule.give_back(pending, decisions)
-    return verdict
-
-
-async def _ask_async(
-    rule: Rule, request: Request, pending: Pending, decisions: list[Decision], guard: AsyncGuard
-) -> Verdict:
-    for command in pending.commands:
-        try:
-            decision = await guard.run(command)
-        except REFUSED_CREDENTIALS as error:
-            rule.refused(error)
-            raise
-        except UNREACHABLE as error:
-            return rule.unreachable(error)
-        except UNUSABLE as error:
-            return rule.unusable(error)
-        decisions.append(decision)
-        if not decision.allowed:
-            break
-    return rule.finish(pending, decisions, request)
+            if isinstance(step, SpendGlobals):
+                answer: Any = await rule.spend_globals_async(step.pending)
+            else:
+                answer = await guard.run(step)
+        except Exception as error:
+            step = deciding.fail(error)
+        else:
+            step = deciding.answer(answer)
+    return step
 
 
 class RateLimitMiddleware:

@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable, Coroutine, Hashable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Generator, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal, TypedDict, cast, overload
@@ -1263,55 +1263,127 @@ def join_headers(pairs: list[tuple[str, str]]) -> dict[str, str]:
     return headers
 
 
-def decide(
-    rule: Rule, request: Request, run: Callable[[Command[Any]], Any], cluster: bool
-) -> Verdict:
-    """The verdict on `request`, asking Redis through `run` (a sync guard's;
-    the ASGI middleware has its own lines for await). The rule's global
-    limits decide first, locally; a request not let through gives back what
-    they allowed."""
-    pending = rule.start(request, cluster=cluster)
-    if isinstance(pending, Pending) and pending.reads:
+@dataclass(frozen=True)
+class SpendGlobals:
+    """A step of `Deciding`: spend the rule's global limits on `pending`
+    (`Rule.spend_globals`, or `Rule.spend_globals_async` under ASGI); its
+    answer is their decisions."""
+
+    pending: Pending
+
+
+#: What deciding a request waits for: a command's answer from Redis, or the
+#: global limits' decisions (`SpendGlobals`).
+Step = Command[Any] | SpendGlobals
+
+
+class Deciding:
+    """The verdict on one request, worked out here, once, for every
+    adapter, step by step: `start`, `answer` and `fail` each give the next
+    `Step`, which the adapter runs (through a sync guard, or awaited under
+    ASGI) and hands back (what it gave, or the error it raised, handled as
+    if raised here), or the `Verdict`.
+
+    Named policies' definitions are read first, if needed; then the rule's
+    global limits decide, locally; then Redis, command by command, stopping
+    at the first denial. A request not let through gives back what the
+    global limits allowed. Redis unreachable or unusable is answered as the
+    rule says; refused credentials are logged and raised."""
+
+    def __init__(
+        self, rule: Rule, request: Request, cluster: bool, scope: str | None = None
+    ) -> None:
+        self._steps = _steps(rule, request, cluster, scope)
+
+    def start(self) -> Step | Verdict:
+        """The first step."""
+        return self._resume(lambda: self._steps.send(None))
+
+    def answer(self, value: Any) -> Step | Verdict:
+        """Hands back what the last step gave."""
+        return self._resume(lambda: self._steps.send(value))
+
+    def fail(self, error: Exception) -> Step | Verdict:
+        """Hands back the error the last step raised."""
+        return self._resume(lambda: self._steps.throw(error))
+
+    def _resume(self, resume: Callable[[], Step]) -> Step | Verdict:
         try:
-            answers = [run(command) for command in pending.reads]
-        except REFUSED_CREDENTIALS as error:
-            rule.refused(error)
-            raise
-        except UNREACHABLE as error:
-            return rule.unreachable(error)
-        except UNUSABLE as error:
-            return rule.unusable(error)
+            return resume()
+        except StopIteration as done:
+            verdict: Verdict = done.value
+            return verdict
+
+
+class _Outage(Exception):
+    """Redis could not answer a command: the request's verdict is `verdict`."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__()
+        self.verdict = verdict
+
+
+def _steps(
+    rule: Rule, request: Request, cluster: bool, scope: str | None
+) -> Generator[Step, Any, Verdict]:
+    """`Deciding`'s course."""
+    pending = rule.start(request, cluster=cluster, scope=scope)
+    if isinstance(pending, Pending) and pending.reads:
+        answers: list[Any] = []
+        try:
+            for read in pending.reads:
+                answers.append((yield from _asked(rule, read)))
+        except _Outage as outage:
+            return outage.verdict
         rule.learn(pending.reads, answers)
-        pending = rule.start(request, cluster=cluster, read=False)
+        pending = rule.start(request, cluster=cluster, scope=scope, read=False)
     if isinstance(pending, Verdict):
         return pending
-    decisions = rule.spend_globals(pending)
+    decisions: list[Decision] = yield SpendGlobals(pending)
     if decisions and not decisions[-1].allowed:
         return rule.finish(pending, decisions, request)
-    verdict = _ask(rule, request, pending, decisions, run)
+    try:
+        for command in pending.commands:
+            decision: Decision = yield from _asked(rule, command)
+            decisions.append(decision)
+            if not decision.allowed:
+                break
+        verdict = rule.finish(pending, decisions, request)
+    except _Outage as outage:
+        verdict = outage.verdict
     if verdict.response is not None:
         rule.give_back(pending, decisions)
     return verdict
 
 
-def _ask(
-    rule: Rule,
-    request: Request,
-    pending: Pending,
-    decisions: list[Decision],
-    run: Callable[[Command[Decision]], Decision],
+def _asked(rule: Rule, command: Command[Any]) -> Generator[Step, Any, Any]:
+    """`command`'s answer; `_Outage` when Redis cannot be asked."""
+    try:
+        return (yield command)
+    except REFUSED_CREDENTIALS as error:
+        rule.refused(error)
+        raise
+    except UNREACHABLE as error:
+        raise _Outage(rule.unreachable(error)) from error
+    except UNUSABLE as error:
+        raise _Outage(rule.unusable(error)) from error
+
+
+def decide(
+    rule: Rule, request: Request, run: Callable[[Command[Any]], Any], cluster: bool
 ) -> Verdict:
-    for command in pending.commands:
+    """The verdict on `request` (`Deciding`), asking Redis through `run` (a
+    sync guard's)."""
+    deciding = Deciding(rule, request, cluster)
+    step = deciding.start()
+    while not isinstance(step, Verdict):
         try:
-            decision = run(command)
-        except REFUSED_CREDENTIALS as error:
-            rule.refused(error)
-            raise
-        except UNREACHABLE as error:
-            return rule.unreachable(error)
-        except UNUSABLE as error:
-            return rule.unusable(error)
-        decisions.append(decision)
-        if not decision.allowed:
-            break
-    return rule.finish(pending, decisions, request)
+            if isinstance(step, SpendGlobals):
+                answer = rule.spend_globals(step.pending)
+            else:
+                answer = run(step)
+        except Exception as error:
+            step = deciding.fail(error)
+        else:
+            step = deciding.answer(answer)
+    return step
