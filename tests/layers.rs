@@ -39,7 +39,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "from a client's command to its reply",
         &["redis/respond.rs"],
     ),
-    ("clients waiting (BLOCK)", &["redis/waiters.rs"]),
+    ("clients waiting (BLOCK)", &["redis/waiters/"]),
     (
         "the engine: apply, plan, settle, store, acquire",
         &["redis/engine/"],

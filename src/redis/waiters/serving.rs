@@ -1,0 +1,120 @@
+//! Serving a waiter: the server as the room's [`Host`]. A waiter's request
+//! is decided against what its keys hold now, in the same call that takes
+//! it (so nothing can come between the decision and the taking),
+//! propagated as a replay of its command, and its client answered through
+//! the FFI room that owns the blocked clients' handles (`ffi::block`).
+//!
+//! In a cluster, a waiter whose keys have left this node (resharding moves
+//! them with `MIGRATE`, which removes them here) is answered with where they
+//! went (`ASK`, `MOVED`, `TRYAGAIN`: `ffi::cluster::redirect_for`), never
+//! decided against a fresh key on a node that no longer serves its slot.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::super::engine::decide::decide;
+use super::super::ffi::args::OwnedNames;
+use super::super::ffi::block::unblock;
+use super::super::ffi::cluster::redirect_for;
+use super::super::ffi::{now_ms, Ctx};
+use super::super::outcome::tally;
+use super::super::replicate::Run;
+use super::super::stats::{WAITS_ALLOWED, WAITS_TIMED_OUT};
+use super::hold::{paused, Hold};
+use super::timer::set_timer;
+use super::waiter::{Answer, Parked, Waiters};
+use crate::algorithms::Mode;
+use crate::wait::{Host, Turn, Waiter};
+
+/// The server, as the room's host, for one call.
+pub struct Server<'a> {
+    ctx: Ctx<'a>,
+    hold: Hold,
+}
+
+impl<'a> Server<'a> {
+    pub fn new(ctx: Ctx<'a>) -> Self {
+        Self {
+            ctx,
+            hold: Hold::now(),
+        }
+    }
+}
+
+impl Host<Parked> for Server<'_> {
+    type Answer = Answer;
+
+    fn now_ms(&self) -> i64 {
+        now_ms()
+    }
+
+    fn writes_paused(&self) -> bool {
+        paused()
+    }
+
+    fn out_of_time(&self) -> bool {
+        self.hold.over()
+    }
+
+    fn take(&mut self, waiter: &Waiter<Parked>) -> Turn<Answer> {
+        let ctx = self.ctx;
+        ctx.select_db(waiter.db);
+        let names = OwnedNames::new(&waiter.keys);
+        let keys = names.key_names();
+        // In a cluster, a waiter whose keys left this node (resharding) is
+        // sent where they went: never decided, nor a key written, here.
+        if let Some(redirect) = redirect_for(ctx, &keys) {
+            return Turn::Answered(Err(redirect));
+        }
+        let parked = &waiter.request;
+        let (command, glue_at) = parked.request.replayed_as();
+        let run = Run::woken(ctx, command, glue_at, &parked.words);
+        let decided = decide(&run, &parked.request, &keys, Mode::Take);
+        run.propagate(None, parked.request.drawn_id());
+        match decided {
+            Ok(outcome) if outcome.decision().allowed => {
+                tally(ctx, &parked.request, &keys, &outcome);
+                WAITS_ALLOWED.fetch_add(1, Relaxed);
+                Turn::Taken(Ok(outcome))
+            }
+            Ok(outcome) if outcome.decision().retry_after_ms < 0 => {
+                // Changed parameters made it impossible: answered now, a
+                // denial like any other.
+                tally(ctx, &parked.request, &keys, &outcome);
+                Turn::Answered(Ok(outcome))
+            }
+            Ok(outcome) => Turn::NotYet(outcome.decision().retry_after_ms.max(1)),
+            Err(error) => Turn::Answered(Err(error)),
+        }
+    }
+
+    fn timed_out(&mut self, waiter: &Waiter<Parked>) -> Answer {
+        self.ctx.select_db(waiter.db);
+        timed_out_answer(self.ctx, waiter)
+    }
+
+    fn answer(&mut self, waiter: Waiter<Parked>, answer: Answer) {
+        unblock::<Waiters>(waiter.id.0, answer);
+    }
+
+    fn wake_at(&mut self, at_ms: i64) {
+        set_timer(self.ctx, at_ms);
+    }
+}
+
+/// The answer of a waiter whose wait ended before its turn: denied, from
+/// the state as it is now, nothing taken; counted and announced as a
+/// denial.
+pub fn timed_out_answer(ctx: Ctx<'_>, waiter: &Waiter<Parked>) -> Answer {
+    WAITS_TIMED_OUT.fetch_add(1, Relaxed);
+    let names = OwnedNames::new(&waiter.keys);
+    let keys = names.key_names();
+    if let Some(redirect) = redirect_for(ctx, &keys) {
+        return Err(redirect);
+    }
+    let request = &waiter.request.request;
+    let (command, glue_at) = request.replayed_as();
+    let run = Run::live(ctx, command, glue_at);
+    let outcome = decide(&run, request, &keys, Mode::Peek)?.denied(1);
+    tally(ctx, request, &keys, &outcome);
+    Ok(outcome)
+}
