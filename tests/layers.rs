@@ -1,7 +1,8 @@
 //! The source's dependencies go one way (STYLE.md, habit 12): no file of
 //! `src/` imports a file that imports it back, directly or around a loop,
 //! and no file imports one of a layer above its own ([`LAYERS`]); and no
-//! file but those of `src/redis/ffi/` holds `unsafe`.
+//! file but those of `src/redis/ffi/` holds `unsafe` or names the server
+//! API's raw bindings.
 //!
 //! A file's imports are read from its source: its `use` lines and every path
 //! it writes from `crate::`, `super::` or `self::` (comments and string
@@ -145,6 +146,40 @@ fn no_file_outside_redis_ffi_holds_unsafe() {
         holding.is_empty(),
         "unsafe outside src/redis/ffi: {holding:?}"
     );
+}
+
+/// The server API's raw bindings are named only in `src/redis/ffi/`: no
+/// other file writes a `REDISMODULE_*` constant or a path through the
+/// crate's `raw` module (`raw::X`, `redis_module::raw`); each sits behind a
+/// named function or constant of `ffi/` (comments left out).
+#[test]
+fn no_file_outside_redis_ffi_names_a_raw_api_constant() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    collect(&src, &mut files);
+    let naming: Vec<String> = files
+        .iter()
+        .filter(|f| !f.starts_with(src.join("redis").join("ffi")))
+        .filter(|f| names_raw_bindings(&code_only(&std::fs::read_to_string(f).unwrap())))
+        .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
+        .collect();
+    assert!(
+        naming.is_empty(),
+        "raw API bindings named outside src/redis/ffi: {naming:?}"
+    );
+}
+
+/// Whether `code` names a `REDISMODULE_*` constant, or the `raw` module
+/// as a path segment (`raw::X`, `redis_module::raw`).
+fn names_raw_bindings(code: &str) -> bool {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    let raw_module = code.match_indices("raw").any(|(at, _)| {
+        let (before, after) = (&code[..at], &code[at + 3..]);
+        !before.ends_with(ident)
+            && !after.starts_with(ident)
+            && (before.ends_with("::") || after.starts_with("::"))
+    });
+    raw_module || inline_words(code).any(|w| w.starts_with("REDISMODULE_"))
 }
 
 /// The identifiers and keywords of some code.
