@@ -129,19 +129,7 @@ fn no_file_of_src_imports_a_file_of_a_layer_above_its_own() {
 /// `src/redis/ffi/`: no other file holds `unsafe` (test code included).
 #[test]
 fn no_file_outside_redis_ffi_holds_unsafe() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    collect(&src, &mut files);
-    let holding: Vec<String> = files
-        .iter()
-        .filter(|f| !f.starts_with(src.join("redis").join("ffi")))
-        .filter(|f| {
-            let code = code_only(&std::fs::read_to_string(f).unwrap());
-            let holds = inline_words(&code).any(|w| w == "unsafe");
-            holds
-        })
-        .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
-        .collect();
+    let holding = outside_ffi_where(|code| inline_words(code).any(|w| w == "unsafe"));
     assert!(
         holding.is_empty(),
         "unsafe outside src/redis/ffi: {holding:?}"
@@ -154,19 +142,25 @@ fn no_file_outside_redis_ffi_holds_unsafe() {
 /// named function or constant of `ffi/` (comments left out).
 #[test]
 fn no_file_outside_redis_ffi_names_a_raw_api_constant() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    collect(&src, &mut files);
-    let naming: Vec<String> = files
-        .iter()
-        .filter(|f| !f.starts_with(src.join("redis").join("ffi")))
-        .filter(|f| names_raw_bindings(&code_only(&std::fs::read_to_string(f).unwrap())))
-        .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
-        .collect();
+    let naming = outside_ffi_where(names_raw_bindings);
     assert!(
         naming.is_empty(),
         "raw API bindings named outside src/redis/ffi: {naming:?}"
     );
+}
+
+/// The files of `src/` but those of `src/redis/ffi/` whose code (comments
+/// and string literals left out) is `wrong`, relative to `src/`.
+fn outside_ffi_where(wrong: impl Fn(&str) -> bool) -> Vec<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    collect(&src, &mut files);
+    files
+        .iter()
+        .filter(|f| !f.starts_with(src.join("redis").join("ffi")))
+        .filter(|f| wrong(&code_only(&std::fs::read_to_string(f).unwrap())))
+        .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
+        .collect()
 }
 
 /// Whether `code` names a `REDISMODULE_*` constant, or the `raw` module
