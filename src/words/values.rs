@@ -649,7 +649,10 @@ mod rate_word_tests {
             (f64::MIN_POSITIVE, "2.2250738585072014e-308"),
         ] {
             assert_eq!(rate_word(value), word);
-            assert_eq!(rate(word.as_bytes(), "rate").unwrap().to_bits(), value.to_bits());
+            assert_eq!(
+                rate(word.as_bytes(), "rate").unwrap().to_bits(),
+                value.to_bits()
+            );
         }
     }
 }
