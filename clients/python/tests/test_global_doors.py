@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -19,24 +18,11 @@ from redis_ratelimit import GlobalLimit, ModuleNotLoadedError, TokenBucket
 from redis_ratelimit.web import RateLimitWSGIMiddleware
 
 from .servers import Server
+from .test_startup import bare, locked
+
+__all__ = ["bare", "locked"]  # the servers of test_startup: no module; a password
 
 LIMIT = TokenBucket(100, 100)
-
-
-@pytest.fixture(scope="module")
-def bare() -> Iterator[Server]:
-    s = Server(module=False)
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def locked() -> Iterator[Server]:
-    s = Server(args=("--requirepass", "s3cret"))
-    admin = redis.Redis(port=s.port, password="s3cret")
-    admin.acl_setuser("reader", enabled=True, passwords=["+pw"], keys=["*"], commands=["+ping"])
-    yield s
-    s.stop()
 
 
 def _hello(environ: object, start_response: object) -> list[bytes]:
