@@ -655,3 +655,157 @@ fn resharding_under_rl_acquire_waiters_gives_no_lease_beyond_the_limit() {
 fn an_rl_all_waiter_whose_keys_are_half_moved_is_told_to_try_again_and_allowed_nowhere() {
     reshard_under_waiters(Move::ByHandKeyByKey, &TWO_TIERS);
 }
+
+/// `RL.POLICY DIGEST` of a node.
+fn policy_digest(con: &mut redis::Connection) -> String {
+    text(&run(con, &["RL.POLICY", "DIGEST"]).unwrap())
+}
+
+/// Named policies in a cluster (issue 32): a policy lives on each node, not
+/// in a slot, so it is defined on every primary; each primary's replica
+/// follows it, so every node agrees on the digest. A check by name runs on
+/// the primary of its keys (the command names its keys, not the policy, to
+/// Cluster routing), a replica answers a peek by name, a node missing the
+/// policy says so naming it, and the policy and the key's state survive a
+/// failover.
+#[test]
+#[serial(cluster)]
+fn policies_applied_to_every_primary_are_checked_by_name_on_the_primary_of_each_key() {
+    let mut cluster = three_primaries_with_a_replica_each();
+    let primaries = cluster.primaries();
+    for &p in &primaries {
+        let mut con = cluster.nodes[p].connect();
+        let free = run(
+            &mut con,
+            &["RL.POLICY", "SET", "plan:free", "TOKENBUCKET", "5", "0.001"],
+        );
+        assert_eq!(free.unwrap(), Value::Int(1));
+        let pro = [
+            "RL.POLICY",
+            "SET",
+            "plan:pro",
+            "TOKENBUCKET",
+            "20",
+            "5",
+            "FIXEDWINDOW",
+            "100",
+            "1h",
+        ];
+        assert_eq!(run(&mut con, &pro).unwrap(), Value::Int(1));
+    }
+    let running = cluster.running();
+    let digest = policy_digest(&mut cluster.nodes[primaries[0]].connect());
+    for &node in &running {
+        wait_for(
+            "every node, replicas included, to hold the same policies",
+            Duration::from_secs(10),
+            || policy_digest(&mut cluster.nodes[node].connect()) == digest,
+        );
+    }
+
+    // Keys spread over every shard, each checked on the primary of its slot.
+    let mut owners = std::collections::BTreeSet::new();
+    for i in 0..30 {
+        let key = format!("user:{i}");
+        let owner = cluster.primary_of_key(primaries[0], &key);
+        owners.insert(owner);
+        let mut con = cluster.nodes[owner].connect();
+        for remaining in (0..5).rev() {
+            let reply = check(&mut con, &["RL.CHECK", "plan:free", &key]);
+            assert_eq!(&reply[..3], &[1, 5, remaining], "{key}");
+        }
+        assert_eq!(
+            check(&mut con, &["RL.CHECK", "plan:free", &key])[0],
+            0,
+            "{key}"
+        );
+        // Another primary redirects: Cluster routing reads the key, not the
+        // policy's name, from the command.
+        let other = *primaries.iter().find(|&&p| p != owner).unwrap();
+        let err = run(
+            &mut cluster.nodes[other].connect(),
+            &["RL.CHECK", "plan:free", &key],
+        )
+        .unwrap_err();
+        assert_eq!(err.code(), Some("MOVED"), "{key} on another primary");
+    }
+    assert_eq!(owners.len(), 3, "the keys did not reach every shard");
+
+    // Two tiers: the keys share a slot by their hash tag; keys of two slots
+    // are refused by the cluster, changing nothing.
+    let owner = cluster.primary_of_key(primaries[0], "{acme}");
+    let mut con = cluster.nodes[owner].connect();
+    let both = run(
+        &mut con,
+        &["RL.CHECK", "plan:pro", "{acme}:0", "{acme}:1", "COST", "3"],
+    );
+    let both = both.unwrap();
+    let combined: Vec<i64> = items(&both)[..3]
+        .iter()
+        .map(|v| redis::from_redis_value(v.clone()).unwrap())
+        .collect();
+    assert_eq!(combined, [1, 20, 17], "the combined answer: {both:?}");
+    let err = run(&mut con, &["RL.CHECK", "plan:pro", "{acme}:0", "{other}:1"]).unwrap_err();
+    assert_eq!(err.code(), Some("CROSSSLOT"));
+
+    // The replica of a key's primary answers a peek by name from the same
+    // state, and refuses a check that would take.
+    let key = "user:0";
+    let owner = cluster.primary_of_key(primaries[0], key);
+    let mut primary_con = cluster.nodes[owner].connect();
+    let written: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(2000)
+        .query(&mut primary_con)
+        .unwrap();
+    assert_eq!(written, 1, "no replica acknowledged");
+    let replica = cluster.replicas_of(owner)[0];
+    let mut replica_con = cluster.nodes[replica].connect();
+    run(&mut replica_con, &["READONLY"]).unwrap();
+    let peek = check(&mut replica_con, &["RL.CHECK", "plan:free", key, "PEEK"]);
+    assert_eq!(&peek[..3], &[0, 5, 0], "the replica's peek by name");
+    let err = run(&mut replica_con, &["RL.CHECK", "plan:free", key]).unwrap_err();
+    assert_eq!(err.code(), Some("READONLY"));
+    assert_eq!(
+        digest_value(&mut replica_con, key),
+        digest_value(&mut primary_con, key)
+    );
+
+    // A primary that lost a policy answers an error naming it for its own
+    // keys, never an allow, and its digest differs from the others'.
+    let lost = *primaries.iter().find(|&&p| p != owner).unwrap();
+    let mut lost_con = cluster.nodes[lost].connect();
+    assert_eq!(
+        run(&mut lost_con, &["RL.POLICY", "DEL", "plan:free"]).unwrap(),
+        Value::Int(1)
+    );
+    let key_there = (0..)
+        .map(|i| format!("lost:{i}"))
+        .find(|k| cluster.primary_of_key(primaries[0], k) == lost)
+        .unwrap();
+    let err = error_of(&mut lost_con, &["RL.CHECK", "plan:free", &key_there]);
+    assert!(err.contains("plan:free"), "{err}");
+    assert!(!exists(&mut lost_con, &key_there));
+    assert_ne!(policy_digest(&mut lost_con), digest);
+    assert_eq!(policy_digest(&mut primary_con), digest);
+
+    // A failover: the promoted replica holds the policies (it followed its
+    // primary) and the drained key, and goes on checking by name.
+    let promoted = cluster.replicas_of(owner)[0];
+    let mut promoted_con = cluster.nodes[promoted].connect();
+    run(&mut promoted_con, &["CLUSTER", "FAILOVER"]).unwrap();
+    wait_for(
+        "the replica to be promoted",
+        Duration::from_secs(30),
+        || cluster.role(promoted) == "master",
+    );
+    cluster.wait_healthy(Duration::from_secs(30));
+    let mut promoted_con = cluster.nodes[promoted].connect();
+    assert_eq!(policy_digest(&mut promoted_con), digest);
+    let after = check(&mut promoted_con, &["RL.CHECK", "plan:free", key]);
+    assert_eq!(
+        &after[..3],
+        &[0, 5, 0],
+        "the key refilled, or the policy was lost, on failover"
+    );
+}

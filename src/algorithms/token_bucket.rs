@@ -57,7 +57,10 @@ impl Syntax for TokenBucketParams {
     }
 
     fn to_words(&self) -> Vec<String> {
-        vec![self.capacity.to_string(), self.rate_per_s.to_string()]
+        vec![
+            self.capacity.to_string(),
+            crate::words::values::rate_word(self.rate_per_s),
+        ]
     }
 }
 

@@ -291,6 +291,20 @@ pub fn is_rate(per_s: f64) -> bool {
     per_s.is_normal() && per_s > 0.0
 }
 
+/// A rate as a word [`rate`] reads back to the same value: the plain
+/// decimal form (`0.5`, `1000`) while it is short, the exponent form
+/// (`1e308`, `2.5e-300`) when the plain one would run past 24 characters,
+/// as a rate of `1e308` did (309 digits in `RL.POLICY GET`). Both are the
+/// shortest digits that read back exactly.
+pub fn rate_word(per_s: f64) -> String {
+    let plain = per_s.to_string();
+    if plain.len() <= 24 {
+        plain
+    } else {
+        format!("{per_s:e}")
+    }
+}
+
 /// A rate: a number that [`is_rate`] (per second), in any decimal form
 /// ([`number`]).
 pub fn rate(arg: &[u8], name: &str) -> Result<f64, CommandError> {
@@ -614,6 +628,31 @@ mod tests {
             };
             let general: f64 = text.parse().unwrap();
             proptest::prop_assert_eq!(decimal(text.as_bytes()), Some(general));
+        }
+    }
+}
+
+#[cfg(test)]
+mod rate_word_tests {
+    use super::{rate, rate_word};
+
+    #[test]
+    fn a_rate_word_is_short_and_reads_back_exactly() {
+        for (value, word) in [
+            (0.5, "0.5"),
+            (1000.0, "1000"),
+            (0.0000001, "0.0000001"),
+            (1e308, "1e308"),
+            (1e-300, "1e-300"),
+            (2.5e-30, "2.5e-30"),
+            (f64::MAX, "1.7976931348623157e308"),
+            (f64::MIN_POSITIVE, "2.2250738585072014e-308"),
+        ] {
+            assert_eq!(rate_word(value), word);
+            assert_eq!(
+                rate(word.as_bytes(), "rate").unwrap().to_bits(),
+                value.to_bits()
+            );
         }
     }
 }

@@ -466,14 +466,20 @@ class _Core:
         return Decision(
             allowed=allowed,
             limit=self.limit.quota,
-            remaining=max(0, self.last_remaining) + self.held,
+            # While Redis fails, what it holds is unknown: only what is
+            # held here may be counted on.
+            remaining=self.held if self.failing else max(0, self.last_remaining) + self.held,
             retry_after=timedelta(0) if allowed else timedelta(seconds=self.retry_after_s(now)),
             reset_after=timedelta(milliseconds=max(0, self.last_reset_ms)),
             policy=self.limit.policy(),
         )
 
 
-_FAILURES = (redis.ConnectionError, redis.TimeoutError)
+#: What a grant or a refund may meet: Redis down or slow, or a server that
+#: refuses the command (the module not loaded, an ACL without the command,
+#: a key of another type). Each is logged once and answered as held quota
+#: and the fail mode say; none may end the refill thread or reach a request.
+_FAILURES = (redis.ConnectionError, redis.TimeoutError, redis.ResponseError)
 
 
 class GlobalLimit:

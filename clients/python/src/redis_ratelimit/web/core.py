@@ -861,8 +861,9 @@ class Rule:
     def peeks(self) -> list[Command[Decision]]:
         """One ``RL.PEEK`` per limit, on a key no request uses (for a named
         policy of a fixed name, ``RL.CHECK ... PEEK``: the policy must be
-        defined): what `validate` sends."""
-        out: list[Command[Decision]] = []
+        defined; for a global limit, a peek of its own key, which changes
+        nothing): what `validate` sends."""
+        out: list[Command[Decision]] = [commands.peek(gl.key, gl.limit) for gl in self.globals]
         for tier in self.tiers:
             key = f"{self.prefix}:{{rl-validate}}:{tier.name}"
             if isinstance(tier.limit, Limit):
