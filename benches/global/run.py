@@ -221,9 +221,12 @@ def calibrate(server: Server, *, limit: int, algorithm: str, seconds: float, idl
     the next read (networking included), but a server kept busy does each
     with warm caches and no wake-up from epoll: a floor for the cost of a
     call that comes alone, as a leasing process's do."""
-    words = ["RL.TOKENBUCKET", "bench:global:calibrate", limit, limit] if algorithm == "tokenbucket" else [
-        "RL.FIXEDWINDOW", "bench:global:calibrate", limit, 1000
-    ]  # fmt: skip
+    key = "bench:global:calibrate"
+    words = (
+        ["RL.TOKENBUCKET", key, limit, limit]
+        if algorithm == "tokenbucket"
+        else ["RL.FIXEDWINDOW", key, limit, 1000]
+    )
     calls = 0
     cpu0, t0 = server.cpu(), time.monotonic()
     end = t0 + seconds
@@ -244,9 +247,9 @@ def saturation_table(
     ceiling from the server's CPU per grant call."""
     out = [
         "| lang | processes | limit/s | checks/s | ns/check | allowed/s | allowed/limit "
-        + "(ideal; bound) | starved | failed | fairness min/max | Redis calls/s (grants) | checks per call "
-        + "| server CPU | usec_per_call (grant) | CPU per call, net of idle | ceiling at 10%, "
-        + "from CPU per call | from the floor |",
+        + "(ideal; bound) | starved | failed | fairness min/max | Redis calls/s (grants) "
+        + "| checks per call | server CPU | usec_per_call (grant) | CPU per call, net of idle "
+        + "| ceiling at 10%, from CPU per call | from the floor |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
@@ -281,7 +284,8 @@ def saturation_table(
         out.append(
             f"| {row.lang} | {row.processes} | {limit:,} | {checks / duration:,.0f} | {ns:,.0f} "
             + f"| {per_s:,.0f} | {per_s / limit:.3f} ({ideal / limit:.3f}; {bound / limit:.3f}) "
-            + f"| {starved:.2%} | {failed} | {fair:.2f} | {calls / row.wall:,.0f} ({grants / row.wall:,.0f}) "
+            + f"| {starved:.2%} | {failed} | {fair:.2f} "
+            + f"| {calls / row.wall:,.0f} ({grants / row.wall:,.0f}) "
             + f"| {per_call_checks:,.0f} | {cpu:.2%} | {usec:.1f} µs | {per_call * 1e6:.1f} µs "
             + f"| {ceiling:,.0f} | {floor:,.0f} |"
         )
@@ -322,9 +326,13 @@ def saturate(a: argparse.Namespace, duration: float) -> None:
     )
     print(
         saturation_table(
-            rows, duration=duration, algorithm=a.algorithm, lease=a.max_lease, idle=idle,
+            rows,
+            duration=duration,
+            algorithm=a.algorithm,
+            lease=a.max_lease,
+            idle=idle,
             floor_s=floor_s,
-        )  # fmt: skip
+        )
     )
 
 
