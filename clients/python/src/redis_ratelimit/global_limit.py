@@ -52,7 +52,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import redis
 import redis.asyncio
@@ -585,20 +585,28 @@ class _Core:
 _FAILURES = (redis.ConnectionError, redis.TimeoutError)
 
 
-class _Front:
-    """What both drivers show, the same for both: the settings, `stats()`
-    and `give_back()`, over a `_Core`."""
+#: The Redis client a driver takes (sync or asyncio).
+_Client = TypeVar("_Client")
+
+
+class _Front(Generic[_Client]):
+    """What both drivers show, the same for both: the constructor, the
+    settings, `stats()` and `give_back()`, over a `_Core`; each driver adds
+    its I/O (`_attach`: its client, its breaker, its refill loop)."""
 
     def __init__(
         self,
+        redis_client: _Client,
         key: Key,
         limit: Limit,
         *,
-        max_lease: float,
-        interval: float,
-        idle: float | None,
-        max_batch: int | None,
-        fail_open: bool,
+        max_lease: float = 1.0,
+        interval: float = 0.025,
+        idle: float | None = None,
+        max_batch: int | None = None,
+        fail_open: bool = True,
+        timeout: float = DEFAULT_TIMEOUT,
+        cooldown: float = DEFAULT_COOLDOWN,
     ) -> None:
         self._core = core = _Core(
             limit,
@@ -615,6 +623,10 @@ class _Front:
         self.idle = core.idle
         self.max_batch = core.max_batch
         self.fail_open = fail_open
+        self._attach(redis_client, timeout, cooldown)
+
+    def _attach(self, redis_client: _Client, timeout: float, cooldown: float) -> None:
+        raise NotImplementedError
 
     def give_back(self, cost: int = 1) -> None:
         """Undoes an allowed `cost` that was not used after all (another
@@ -627,7 +639,7 @@ class _Front:
             return self._core.snapshot()
 
 
-class GlobalLimit(_Front):
+class GlobalLimit(_Front["redis.Redis | RedisCluster"]):
     """One limit on one Redis `key`, shared by every process that makes a
     `GlobalLimit` of it, decided locally from quota leased in batches.
 
@@ -659,29 +671,9 @@ class GlobalLimit(_Front):
     (``limits=[TokenBucket(10, 1), payments]``): see `redis_ratelimit.web.Rule`.
     """
 
-    def __init__(
-        self,
-        redis_client: redis.Redis | RedisCluster,
-        key: Key,
-        limit: Limit,
-        *,
-        max_lease: float = 1.0,
-        interval: float = 0.025,
-        idle: float | None = None,
-        max_batch: int | None = None,
-        fail_open: bool = True,
-        timeout: float = DEFAULT_TIMEOUT,
-        cooldown: float = DEFAULT_COOLDOWN,
+    def _attach(
+        self, redis_client: redis.Redis | RedisCluster, timeout: float, cooldown: float
     ) -> None:
-        super().__init__(
-            key,
-            limit,
-            max_lease=max_lease,
-            interval=interval,
-            idle=idle,
-            max_batch=max_batch,
-            fail_open=fail_open,
-        )
         require_sync(redis_client, "GlobalLimit", "AsyncGlobalLimit")
         self._guard = SyncGuard(redis_client, timeout, cooldown)
         self._event = threading.Event()
@@ -776,7 +768,7 @@ class GlobalLimit(_Front):
         self.close()
 
 
-class AsyncGlobalLimit(_Front):
+class AsyncGlobalLimit(_Front["redis.asyncio.Redis | AsyncRedisCluster"]):
     """`GlobalLimit` for asyncio (a ``redis.asyncio`` client): the same
     leases, bound, fair split and failures, refilled by an asyncio task
     instead of a thread.
@@ -790,29 +782,9 @@ class AsyncGlobalLimit(_Front):
     what is held.
     """
 
-    def __init__(
-        self,
-        redis_client: redis.asyncio.Redis | AsyncRedisCluster,
-        key: Key,
-        limit: Limit,
-        *,
-        max_lease: float = 1.0,
-        interval: float = 0.025,
-        idle: float | None = None,
-        max_batch: int | None = None,
-        fail_open: bool = True,
-        timeout: float = DEFAULT_TIMEOUT,
-        cooldown: float = DEFAULT_COOLDOWN,
+    def _attach(
+        self, redis_client: redis.asyncio.Redis | AsyncRedisCluster, timeout: float, cooldown: float
     ) -> None:
-        super().__init__(
-            key,
-            limit,
-            max_lease=max_lease,
-            interval=interval,
-            idle=idle,
-            max_batch=max_batch,
-            fail_open=fail_open,
-        )
         require_async(redis_client, "AsyncGlobalLimit", "GlobalLimit")
         self._guard = AsyncGuard(redis_client, timeout, cooldown)
         self._event: asyncio.Event | None = None
