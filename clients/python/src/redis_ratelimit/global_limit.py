@@ -49,7 +49,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
@@ -198,6 +198,8 @@ class _Core:
         idle: float | None,
         max_batch: int | None,
         fail_open: bool,
+        clock: Callable[[], float] = time.monotonic,
+        uniform: Callable[[], float] = random.random,
     ) -> None:
         if not isinstance(limit, LEASABLE):
             names = ", ".join(c.__name__ for c in LEASABLE)
@@ -210,6 +212,10 @@ class _Core:
         self.idle = idle if idle is not None else max(0.1, 4 * interval)
         self.max_batch = max_batch if max_batch is not None else max(1, limit.quota // 4)
         self.fail_open = fail_open
+        #: Seconds, monotonic (every time the core reads itself; tests drive it).
+        self.clock = clock
+        #: Uniform in [0, 1): the fair split's random part (tests seed it).
+        self.uniform = uniform
         self.lock = threading.Lock()
         #: Called (under the lock) when the refill loop should look now.
         self.wake: Any = lambda: None
@@ -225,7 +231,7 @@ class _Core:
         # (units a second, an exponentially weighted average).
         self.asked = 0
         self.rate = 0.0
-        self.last_estimate = time.monotonic()
+        self.last_estimate = clock()
         self.last_request = 0.0
         # Nothing left at Redis until then (monotonic): do not ask before.
         self.empty_until = 0.0
@@ -363,7 +369,7 @@ class _Core:
                     # kept one order would split a refilling bucket by the
                     # gaps between them (the ask after the longest gap gets
                     # most), the same processes every time.
-                    self.next_ask = now + self.interval * (1 + random.random())
+                    self.next_ask = now + self.interval * (1 + self.uniform())
                 wait = min(wait, max(0.0, self.next_ask - now))
             elif self.held < demand * self.interval:
                 # Enough for two intervals: one to use, one to refill in.
@@ -429,7 +435,7 @@ class _Core:
             # Spent at Redis: no ask before it can grant 1 (a fixed window's
             # end), nor before half an interval.
             wait = max(grant.retry_after_ms / 1000, self.interval / 2)
-            self.empty_until = time.monotonic() + wait
+            self.empty_until = self.clock() + wait
         return back if back is not None and back.amount else None
 
     def failed(self, key: Key, error: Exception) -> None:
@@ -482,7 +488,7 @@ class _Core:
     def admit(self, cost: int) -> bool | None:
         """A request's answer from what is held (True or False), or None:
         the caller asks Redis itself (`first_fetch`), then `after_first`."""
-        now = time.monotonic()
+        now = self.clock()
         with self.lock:
             answer = self.request(cost, now)
             if answer is None:
@@ -491,7 +497,7 @@ class _Core:
 
     def after_first(self, cost: int) -> bool:
         """The answer to a request that asked Redis itself (see `admit`)."""
-        now = time.monotonic()
+        now = self.clock()
         with self.lock:
             self.fetching = False
             return self.take(cost, now) or self.refuse(now)
@@ -503,11 +509,11 @@ class _Core:
 
     def decide(self, allowed: bool) -> Decision:
         with self.lock:
-            return self.decision(allowed, time.monotonic())
+            return self.decision(allowed, self.clock())
 
     def put_back(self, cost: int) -> None:
         with self.lock:
-            self.give_back(cost, time.monotonic())
+            self.give_back(cost, self.clock())
 
     def next_plan(self, clear: Any) -> _Plan | None:
         """The refill loop's next pass (None once closed); `clear` resets
@@ -515,7 +521,7 @@ class _Core:
         with self.lock:
             if self.closed:
                 return None
-            plan = self.plan(time.monotonic())
+            plan = self.plan(self.clock())
             clear()
             return plan
 
@@ -535,7 +541,7 @@ class _Core:
         """A grant call is about to be sent: counted; its start time."""
         with self.lock:
             self.stats.calls += 1
-        return time.monotonic()
+        return self.clock()
 
     def call_failed(self, key: Key, error: Exception) -> None:
         with self.lock:
