@@ -481,6 +481,10 @@ def test_equal_processes_split_a_token_bucket_fairly(r: redis.Redis) -> None:
 
 
 def test_equal_processes_split_a_fixed_window_fairly(r: redis.Redis) -> None:
+    # A guard, not a test of the fair rule's refinements: paced equal
+    # processes split a fixed window evenly with or without them (this passes
+    # with the exit rule and the random part both taken out). Those are
+    # tested on the core's own clock: test_core_scarce_*.
     results = _share_paced(r, "g:fair-fw", FixedWindow(1000, 1), [500.0] * 4, seconds=5)
     _assert_fair(results)
 

@@ -487,7 +487,7 @@ class _Core:
 
     def admit(self, cost: int) -> bool | None:
         """A request's answer from what is held (True or False), or None:
-        the caller asks Redis itself (`first_fetch`), then `after_first`."""
+        the caller asks Redis itself (once), then answers with `after_first`."""
         now = self.clock()
         with self.lock:
             answer = self.request(cost, now)
