@@ -5,6 +5,13 @@ and what it allowed.
 
 Usage: target/pyenv/bin/python benches/global/run.py [--processes 4]
 [--duration 20] [--quick] [--limit 20000] [--algorithm tokenbucket]
+[--saturate [--saturate-processes 1,2,3] [--saturate-limits 1000000000,1000000]]
+
+With --saturate (make bench-global-saturate), the workers check in a closed
+loop instead, as fast as they can, 1, 2 and 3 processes per language against
+each limit of --saturate-limits; the table then says what they were served,
+the server's calls (INFO commandstats) and CPU per call, and the ceiling
+projected from that cost (`saturation_table`, docs/benchmarks.md).
 
 It starts its own redis-server with the release build of the module
 (target/release, `make build`), runs the Python workers (worker.py) and,
