@@ -69,19 +69,24 @@ const delay = a.startAt - wallS();
 if (delay > 0) await sleep(delay * 1000);
 const start = wallS();
 const end = start + a.duration;
+// n checks back to back, counted at `now`; then the GlobalLimit's timers get
+// their turn of the event loop (no sleep).
+async function checks(n, now) {
+  let ok = 0;
+  const before = process.hrtime.bigint();
+  for (let i = 0; i < n; i++) if (gl.allow()) ok++;
+  insideNs += process.hrtime.bigint() - before;
+  attempted += n;
+  allowed += ok;
+  perSecond[Math.min(seconds - 1, Math.floor(now - start))] += ok;
+  await turn();
+}
 // Checks between two reads of the clock and two turns of the event loop (--saturate).
 const BLOCK = 4096;
 while (a.saturate) {
   const now = wallS();
   if (now >= end) break;
-  let ok = 0;
-  const before = process.hrtime.bigint();
-  for (let i = 0; i < BLOCK; i++) if (gl.allow()) ok++;
-  insideNs += process.hrtime.bigint() - before;
-  attempted += BLOCK;
-  allowed += ok;
-  perSecond[Math.min(seconds - 1, Math.floor(now - start))] += ok;
-  await turn(); // the GlobalLimit's timers get their turn
+  await checks(BLOCK, now);
 }
 while (!a.saturate) {
   const now = wallS();
@@ -95,14 +100,7 @@ while (!a.saturate) {
     else await turn();
     continue;
   }
-  let ok = 0;
-  const before = process.hrtime.bigint();
-  for (let i = 0; i < n; i++) if (gl.allow()) ok++;
-  insideNs += process.hrtime.bigint() - before;
-  attempted += n;
-  allowed += ok;
-  perSecond[Math.min(seconds - 1, Math.floor(now - start))] += ok;
-  await turn(); // the GlobalLimit's timers get their turn
+  await checks(n, now);
 }
 await gl.close();
 const stats = gl.stats();
