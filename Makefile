@@ -6,7 +6,7 @@ MODULE_DEBUG := target/debug/libredis_ratelimit.so
 
 VALKEY_DIR := target/valkey
 
-.PHONY: run test test-python test-node test-compat test-valkey test-valgrind dist test-dist soak deps build build-debug lint accuracy bench bench-quick bench-global bench-core bench-profile fuzz
+.PHONY: run test test-python test-node test-compat test-valkey test-valgrind dist test-dist soak deps build build-debug lint accuracy bench bench-quick bench-global bench-global-saturate bench-core bench-profile fuzz
 
 deps:
 	@scripts/ensure-deps.sh
@@ -140,6 +140,13 @@ bench-quick: build
 # language; BENCH_GLOBAL_ARGS=--quick for 3-s runs.
 bench-global: build $(PYENV)/installed
 	$(PYENV)/bin/python benches/global/run.py $(BENCH_GLOBAL_ARGS)
+
+# The same workers in a closed loop (as fast as they go), 1, 2 and 3
+# processes per language, a limit never reached and one reached (1M/s):
+# checks served, Redis calls and the server's CPU per call, and the
+# projected ceiling of one global key (docs/benchmarks.md).
+bench-global-saturate: build $(PYENV)/installed
+	$(PYENV)/bin/python benches/global/run.py --saturate --duration 10 $(BENCH_GLOBAL_ARGS)
 
 # Nanoseconds per check of each algorithm core (criterion, benches/); about
 # a minute, plus a release build of the dev-dependencies the first time.

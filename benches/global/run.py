@@ -5,6 +5,13 @@ and what it allowed.
 
 Usage: target/pyenv/bin/python benches/global/run.py [--processes 4]
 [--duration 20] [--quick] [--limit 20000] [--algorithm tokenbucket]
+[--saturate [--saturate-processes 1,2,3] [--saturate-limits 1000000000,1000000]]
+
+With --saturate (make bench-global-saturate), the workers check in a closed
+loop instead, as fast as they can, 1, 2 and 3 processes per language against
+each limit of --saturate-limits; the table then says what they were served,
+the server's calls (INFO commandstats) and CPU per call, and the ceiling
+projected from that cost (`saturation_table`, docs/benchmarks.md).
 
 It starts its own redis-server with the release build of the module
 (target/release, `make build`), runs the Python workers (worker.py) and,
@@ -44,7 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +98,16 @@ class Server:
         info = self.client.info("cpu")
         return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
+    def commands(self) -> dict[str, tuple[int, int]]:
+        """INFO commandstats (since the last CONFIG RESETSTAT): command ->
+        (calls, usec), the commands of the run (INFO and CONFIG left out)."""
+        out = {}
+        for name, stat in self.client.info("commandstats").items():
+            command = name.removeprefix("cmdstat_")
+            if command not in ("info", "config"):
+                out[command] = (int(stat["calls"]), int(stat["usec"]))
+        return out
+
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(10)
@@ -113,37 +130,45 @@ class Row:
     workers: list[dict[str, Any]]
     wall: float
     cpu: float
+    #: INFO commandstats over the run: command -> (calls, usec).
+    commands: dict[str, tuple[int, int]] = field(default_factory=dict)
+    limit: int = 0
+    processes: int = 0
 
 
 def run_one(
     server: Server, command: list[str], *, lang: str, demand: float, limit: int,
     algorithm: str, processes: int, duration: float, max_lease: float,
+    saturate: bool = False,
 ) -> Row:  # fmt: skip
     key = f"bench:global:{lang}:{demand}:{time.time_ns()}"
     per_worker = demand * limit / processes
     start_at = time.time() + 1.5  # every worker imported and connected by then
     args = [
         "--port", str(server.port), "--key", key, "--limit", str(limit),
-        "--algorithm", algorithm, "--demand", repr(per_worker),
+        "--algorithm", algorithm,
         "--duration", repr(duration), "--max-lease", repr(max_lease),
         "--start-at", repr(start_at),
     ]  # fmt: skip
+    args += ["--saturate", "1"] if saturate else ["--demand", repr(per_worker)]
     procs = [
         subprocess.Popen([*command, *args], stdout=subprocess.PIPE, text=True)
         for _ in range(processes)
     ]
     # The server's CPU over the run itself (not the workers' start and close).
     time.sleep(max(0.0, start_at - time.time()))
+    server.client.config_resetstat()
     cpu0, t0 = server.cpu(), time.monotonic()
     time.sleep(duration)
     cpu1, t1 = server.cpu(), time.monotonic()
+    commands = server.commands()
     outs = [p.communicate(timeout=duration + 60)[0] for p in procs]
     workers = []
     for p, out in zip(procs, outs, strict=True):
         if p.returncode != 0 or not out.strip():
             raise RuntimeError(f"a {lang} worker failed (exit {p.returncode}): {out!r}")
         workers.append(json.loads(out.strip().splitlines()[-1]))
-    return Row(lang, demand, workers, t1 - t0, cpu1 - cpu0)
+    return Row(lang, demand, workers, t1 - t0, cpu1 - cpu0, commands, limit, processes)
 
 
 def table(
@@ -196,6 +221,128 @@ def table(
     return "\n".join(out)
 
 
+def calibrate(server: Server, *, limit: int, algorithm: str, seconds: float, idle: float) -> float:
+    """The server's CPU seconds per grant call (net of idle), calls made back
+    to back by one unpipelined client: enough calls that the CPU is measured
+    well above the idle server's. A call comes with its reply's write and
+    the next read (networking included), but a server kept busy does each
+    with warm caches and no wake-up from epoll: a floor for the cost of a
+    call that comes alone, as a leasing process's do."""
+    key = "bench:global:calibrate"
+    words = (
+        ["RL.TOKENBUCKET", key, limit, limit]
+        if algorithm == "tokenbucket"
+        else ["RL.FIXEDWINDOW", key, limit, 1000]
+    )
+    calls = 0
+    cpu0, t0 = server.cpu(), time.monotonic()
+    end = t0 + seconds
+    while time.monotonic() < end:
+        for _ in range(100):
+            server.client.execute_command(*words, "COST", 100, "UPTO")
+        calls += 100
+    cpu1, t1 = server.cpu(), time.monotonic()
+    return max(0.0, cpu1 - cpu0 - idle * (t1 - t0)) / calls
+
+
+def saturation_table(
+    rows: list[Row], *, duration: float, algorithm: str, lease: float, idle: float,
+    floor_s: float,
+) -> str:  # fmt: skip
+    """One row per language, processes and limit: what processes checking
+    in a closed loop were served, what the server did, and the projected
+    ceiling from the server's CPU per grant call."""
+    out = [
+        "| lang | processes | limit/s | checks/s | ns/check | allowed/s | allowed/limit "
+        + "(ideal; bound) | starved | failed | fairness min/max | Redis calls/s (grants) "
+        + "| checks per call | server CPU | usec_per_call (grant) | CPU per call, net of idle "
+        + "| ceiling at 10%, from CPU per call | from the floor |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        ws = row.workers
+        limit = row.limit
+        checks = sum(int(w["attempted"]) for w in ws)
+        allowed = [int(w["allowed"]) for w in ws]
+        ns = sum(float(w["local_ns_per_check"]) * int(w["attempted"]) for w in ws)
+        ns /= max(1, checks)
+        grant = "rl.tokenbucket" if algorithm == "tokenbucket" else "rl.fixedwindow"
+        grants, grant_usec = row.commands.get(grant, (0, 0))
+        calls = sum(c for c, _ in row.commands.values())  # grants and refunds
+        per_s = sum(allowed) / duration
+        if algorithm == "tokenbucket":
+            ideal = (limit + limit * duration) / duration
+            bound = (limit + limit * (duration + 2 * lease)) / duration
+        else:
+            ideal = bound = float(limit)
+        fair = min(allowed) / max(allowed) if max(allowed) else 1.0
+        # Denied with nothing held although the limit had some: under-use.
+        starved = sum(int(w.get("starved", 0)) for w in ws) / max(1, checks)
+        # Answered by the fail mode (closed: denied), a call having timed out.
+        failed = sum(int(w.get("failed_closed", 0)) + int(w.get("failed_open", 0)) for w in ws)
+        cpu = row.cpu / row.wall
+        # The server's CPU per call: what the run added to the idle server's,
+        # over every command of the run (grants and refunds).
+        per_call = max(0.0, row.cpu - idle * row.wall) / max(1, calls)
+        per_call_checks = checks / max(1, calls)
+        ceiling = 0.10 / per_call * per_call_checks if per_call > 0 else float("inf")
+        floor = 0.10 / floor_s * per_call_checks if floor_s > 0 else float("inf")
+        usec = grant_usec / grants if grants else 0.0
+        out.append(
+            f"| {row.lang} | {row.processes} | {limit:,} | {checks / duration:,.0f} | {ns:,.0f} "
+            + f"| {per_s:,.0f} | {per_s / limit:.3f} ({ideal / limit:.3f}; {bound / limit:.3f}) "
+            + f"| {starved:.2%} | {failed} | {fair:.2f} "
+            + f"| {calls / row.wall:,.0f} ({grants / row.wall:,.0f}) "
+            + f"| {per_call_checks:,.0f} | {cpu:.2%} | {usec:.1f} µs | {per_call * 1e6:.1f} µs "
+            + f"| {ceiling:,.0f} | {floor:,.0f} |"
+        )
+    return "\n".join(out)
+
+
+def saturate(a: argparse.Namespace, duration: float) -> None:
+    """--saturate: closed-loop workers, 1..N processes per language, each
+    limit of --saturate-limits; then the table (see docs/benchmarks.md)."""
+    server = Server(a.module)
+    rows: list[Row] = []
+    idle_s = 1.0 if a.quick else 5.0
+    load = os.getloadavg()
+    try:
+        cpu0, t0 = server.cpu(), time.monotonic()
+        time.sleep(idle_s)
+        idle = (server.cpu() - cpu0) / (time.monotonic() - t0)
+        floor_s = calibrate(server, limit=10**9, algorithm=a.algorithm, seconds=3.0, idle=idle)
+        for lang, command in languages().items():
+            for limit in (int(x) for x in a.saturate_limits.split(",")):
+                for n in (int(x) for x in a.saturate_processes.split(",")):
+                    row = run_one(
+                        server, command, lang=lang, demand=0.0, limit=limit,
+                        algorithm=a.algorithm, processes=n, duration=duration,
+                        max_lease=a.max_lease, saturate=True,
+                    )  # fmt: skip
+                    rows.append(row)
+                    print(f"{lang} {n} x {limit} done", file=sys.stderr, flush=True)
+    finally:
+        server.stop()
+    after = os.getloadavg()
+    print(
+        f"Closed loop (--saturate), {duration:g} s each, {a.algorithm}, max_lease "
+        f"{a.max_lease:g} s; the server idle used {idle:.2%} of a CPU (taken out of 'net of "
+        f"idle'); one client's back-to-back grant calls cost the server {floor_s * 1e6:.1f} µs "
+        f"each (the floor); load average before {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
+        f"after {after[0]:.2f} {after[1]:.2f} {after[2]:.2f}\n"
+    )
+    print(
+        saturation_table(
+            rows,
+            duration=duration,
+            algorithm=a.algorithm,
+            lease=a.max_lease,
+            idle=idle,
+            floor_s=floor_s,
+        )
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--processes", type=int, default=4, help="workers per language (4)")
@@ -206,10 +353,22 @@ def main() -> None:
     p.add_argument("--max-lease", type=float, default=1.0)
     p.add_argument("--demands", default=",".join(map(str, DEMANDS)))
     p.add_argument("--module", type=Path, default=MODULE)
+    p.add_argument(
+        "--saturate", action="store_true",
+        help="closed-loop workers (as fast as they go) instead of paced demands",
+    )  # fmt: skip
+    p.add_argument("--saturate-processes", default="1,2,3", help="with --saturate (1,2,3)")
+    p.add_argument(
+        "--saturate-limits", default="1000000000,1000000",
+        help="with --saturate: limits a second, one never reached and one reached",
+    )  # fmt: skip
     a = p.parse_args()
     duration = 3.0 if a.quick else a.duration
     if not a.module.exists():
         sys.exit(f"{a.module} is missing: `make build` first")
+    if a.saturate:
+        saturate(a, duration)
+        return
     server = Server(a.module)
     rows: list[Row] = []
     # The server's own CPU with no client (its cron): part of every row's.

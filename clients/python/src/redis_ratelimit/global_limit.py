@@ -49,9 +49,10 @@ import math
 import random
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import redis
 import redis.asyncio
@@ -155,7 +156,8 @@ class _Lease:
 class _Plan:
     """What the refill loop does next (found under the lock, done outside)."""
 
-    refunds: list[_Lease]
+    #: (units, granted_at_ms) to refund, then the refunds' last tries.
+    refunds: list[tuple[int, int]]
     retries: list[tuple[int, int]]
     want: int
     #: Seconds until the loop looks again, unless woken.
@@ -196,6 +198,8 @@ class _Core:
         idle: float | None,
         max_batch: int | None,
         fail_open: bool,
+        clock: Callable[[], float] = time.monotonic,
+        uniform: Callable[[], float] = random.random,
     ) -> None:
         if not isinstance(limit, LEASABLE):
             names = ", ".join(c.__name__ for c in LEASABLE)
@@ -208,6 +212,10 @@ class _Core:
         self.idle = idle if idle is not None else max(0.1, 4 * interval)
         self.max_batch = max_batch if max_batch is not None else max(1, limit.quota // 4)
         self.fail_open = fail_open
+        #: Seconds, monotonic (every time the core reads itself; tests drive it).
+        self.clock = clock
+        #: Uniform in [0, 1): the fair split's random part (tests seed it).
+        self.uniform = uniform
         self.lock = threading.Lock()
         #: Called (under the lock) when the refill loop should look now.
         self.wake: Any = lambda: None
@@ -223,7 +231,7 @@ class _Core:
         # (units a second, an exponentially weighted average).
         self.asked = 0
         self.rate = 0.0
-        self.last_estimate = time.monotonic()
+        self.last_estimate = clock()
         self.last_request = 0.0
         # Nothing left at Redis until then (monotonic): do not ask before.
         self.empty_until = 0.0
@@ -361,7 +369,7 @@ class _Core:
                     # kept one order would split a refilling bucket by the
                     # gaps between them (the ask after the longest gap gets
                     # most), the same processes every time.
-                    self.next_ask = now + self.interval * (1 + random.random())
+                    self.next_ask = now + self.interval * (1 + self.uniform())
                 wait = min(wait, max(0.0, self.next_ask - now))
             elif self.held < demand * self.interval:
                 # Enough for two intervals: one to use, one to refill in.
@@ -370,7 +378,8 @@ class _Core:
         if want > 0:
             want = min(want, self.max_batch)
         retries, self.retries = self.retries, []
-        return _Plan(refunds, retries, max(0, want), wait)
+        sends = [(lease.amount, lease.granted_at_ms) for lease in refunds if lease.amount]
+        return _Plan(sends, retries, max(0, want), wait)
 
     def estimate(self, now: float) -> None:
         elapsed = now - self.last_estimate
@@ -426,7 +435,7 @@ class _Core:
             # Spent at Redis: no ask before it can grant 1 (a fixed window's
             # end), nor before half an interval.
             wait = max(grant.retry_after_ms / 1000, self.interval / 2)
-            self.empty_until = time.monotonic() + wait
+            self.empty_until = self.clock() + wait
         return back if back is not None and back.amount else None
 
     def failed(self, key: Key, error: Exception) -> None:
@@ -474,6 +483,112 @@ class _Core:
             policy=self.limit.policy(),
         )
 
+    # The drivers' steps (each takes the lock; no I/O) -------------------------
+    # `GlobalLimit` and `AsyncGlobalLimit` differ only in how they wait on
+    # Redis (a thread, an asyncio task): everything around each call is here.
+
+    def admit(self, cost: int) -> bool | None:
+        """A request's answer from what is held (True or False), or None:
+        the caller asks Redis itself (once), then answers with `after_first`."""
+        now = self.clock()
+        with self.lock:
+            answer = self.request(cost, now)
+            if answer is None:
+                return None
+            return answer or self.refuse(now)
+
+    def after_first(self, cost: int) -> bool:
+        """The answer to a request that asked Redis itself (see `admit`)."""
+        now = self.clock()
+        with self.lock:
+            self.fetching = False
+            return self.take(cost, now) or self.refuse(now)
+
+    def end_first(self) -> None:
+        """A request's own ask failed before `after_first` (an exception)."""
+        with self.lock:
+            self.fetching = False
+
+    def decide(self, allowed: bool) -> Decision:
+        with self.lock:
+            return self.decision(allowed, self.clock())
+
+    def put_back(self, cost: int) -> None:
+        with self.lock:
+            self.give_back(cost, self.clock())
+
+    def next_plan(self, clear: Any) -> _Plan | None:
+        """The refill loop's next pass (None once closed); `clear` resets
+        the loop's wake-up under the lock, so that no wake is lost."""
+        with self.lock:
+            if self.closed:
+                return None
+            plan = self.plan(self.clock())
+            clear()
+            return plan
+
+    def is_closed(self) -> bool:
+        with self.lock:
+            return self.closed
+
+    def close(self) -> bool:
+        """Marks it closed; False when it already was."""
+        with self.lock:
+            if self.closed:
+                return False
+            self.closed = True
+            return True
+
+    def call_start(self) -> float:
+        """A grant call is about to be sent: counted; its start time."""
+        with self.lock:
+            self.stats.calls += 1
+        return self.clock()
+
+    def call_failed(self, key: Key, error: Exception) -> None:
+        with self.lock:
+            self.failed(key, error)
+
+    def call_done(
+        self, grant: Grant, amount: int, start: float, loop: bool
+    ) -> list[tuple[int, int]]:
+        """Holds what a grant brought; what must be refunded at once."""
+        with self.lock:
+            back = self.granted(grant, amount, start, loop)
+        return [] if back is None else [(back.amount, back.granted_at_ms)]
+
+    def close_refunds(self) -> list[tuple[int, int]]:
+        """On close: everything held and not yet refunded, to send."""
+        with self.lock:
+            gone, retries = self.closing()
+            self.retries = retries + self.retries
+        return [(lease.amount, lease.granted_at_ms) for lease in gone]
+
+    def take_retries(self) -> list[tuple[int, int]]:
+        """The refunds that failed once, for their last try."""
+        with self.lock:
+            retries, self.retries = self.retries, []
+        return retries
+
+    def refund_error(
+        self, key: Key, amount: int, at_ms: int, retry: bool, error: Exception
+    ) -> None:
+        """A refund failed: queued for one more try, or counted and logged."""
+        with self.lock:
+            lost = self.refund_failed(amount, at_ms, retry)
+        if lost:
+            log.warning(
+                "GlobalLimit %r: could not refund %d unit(s) granted at %d ms (%s); lost",
+                key,
+                amount,
+                at_ms,
+                error,
+            )
+
+    def refund_done(self, amount: int, back: int) -> None:
+        with self.lock:
+            self.refunded(amount, back)
+
 
 #: What a grant or a refund may meet: Redis down or slow, or a server that
 #: refuses the command (the module not loaded, an ACL without the command,
@@ -482,7 +597,61 @@ class _Core:
 _FAILURES = (redis.ConnectionError, redis.TimeoutError, redis.ResponseError)
 
 
-class GlobalLimit:
+#: The Redis client a driver takes (sync or asyncio).
+_Client = TypeVar("_Client")
+
+
+class _Front(Generic[_Client]):
+    """What both drivers show, the same for both: the constructor, the
+    settings, `stats()` and `give_back()`, over a `_Core`; each driver adds
+    its I/O (`_attach`: its client, its breaker, its refill loop)."""
+
+    def __init__(
+        self,
+        redis_client: _Client,
+        key: Key,
+        limit: Limit,
+        *,
+        max_lease: float = 1.0,
+        interval: float = 0.025,
+        idle: float | None = None,
+        max_batch: int | None = None,
+        fail_open: bool = True,
+        timeout: float = DEFAULT_TIMEOUT,
+        cooldown: float = DEFAULT_COOLDOWN,
+    ) -> None:
+        self._core = core = _Core(
+            limit,
+            max_lease=max_lease,
+            interval=interval,
+            idle=idle,
+            max_batch=max_batch,
+            fail_open=fail_open,
+        )
+        self.key = key
+        self.limit = limit
+        self.max_lease = max_lease
+        self.interval = interval
+        self.idle = core.idle
+        self.max_batch = core.max_batch
+        self.fail_open = fail_open
+        self._attach(redis_client, timeout, cooldown)
+
+    def _attach(self, redis_client: _Client, timeout: float, cooldown: float) -> None:
+        raise NotImplementedError
+
+    def give_back(self, cost: int = 1) -> None:
+        """Undoes an allowed `cost` that was not used after all (another
+        limit denied the request): it is held again, not refunded."""
+        self._core.put_back(cost)
+
+    def stats(self) -> Stats:
+        """A copy of the counters."""
+        with self._core.lock:
+            return self._core.snapshot()
+
+
+class GlobalLimit(_Front["redis.Redis | RedisCluster"]):
     """One limit on one Redis `key`, shared by every process that makes a
     `GlobalLimit` of it, decided locally from quota leased in batches.
 
@@ -514,39 +683,13 @@ class GlobalLimit:
     (``limits=[TokenBucket(10, 1), payments]``): see `redis_ratelimit.web.Rule`.
     """
 
-    def __init__(
-        self,
-        redis_client: redis.Redis | RedisCluster,
-        key: Key,
-        limit: Limit,
-        *,
-        max_lease: float = 1.0,
-        interval: float = 0.025,
-        idle: float | None = None,
-        max_batch: int | None = None,
-        fail_open: bool = True,
-        timeout: float = DEFAULT_TIMEOUT,
-        cooldown: float = DEFAULT_COOLDOWN,
+    def _attach(
+        self, redis_client: redis.Redis | RedisCluster, timeout: float, cooldown: float
     ) -> None:
-        self._core = core = _Core(
-            limit,
-            max_lease=max_lease,
-            interval=interval,
-            idle=idle,
-            max_batch=max_batch,
-            fail_open=fail_open,
-        )
         require_sync(redis_client, "GlobalLimit", "AsyncGlobalLimit")
-        self.key = key
-        self.limit = limit
-        self.max_lease = max_lease
-        self.interval = interval
-        self.idle = core.idle
-        self.max_batch = core.max_batch
-        self.fail_open = fail_open
         self._guard = SyncGuard(redis_client, timeout, cooldown)
         self._event = threading.Event()
-        core.wake = self._wake
+        self._core.wake = self._wake
         self._thread = threading.Thread(target=self._run, name="GlobalLimit", daemon=True)
         self._thread.start()
 
@@ -559,116 +702,76 @@ class GlobalLimit:
     def allow(self, cost: int = 1) -> bool:
         """True when the request may go ahead (its `cost` spent from the
         quota held); never waits on Redis once this process has seen demand."""
-        core = self._core
-        now = time.monotonic()
-        with core.lock:
-            answer = core.request(cost, now)
-            if answer is not None:
-                return answer or core.refuse(now)
+        answer = self._core.admit(cost)
+        if answer is not None:
+            return answer
         # Nothing held and no demand seen yet: nothing could have foreseen
         # this request, so it asks Redis itself, once.
         try:
             self._fetch(max(cost, 1), loop=False)
-        finally:
-            with core.lock:
-                core.fetching = False
-        now = time.monotonic()
-        with core.lock:
-            return core.take(cost, now) or core.refuse(now)
+        except BaseException:
+            self._core.end_first()
+            raise
+        return self._core.after_first(cost)
 
     def check(self, cost: int = 1) -> Decision:
         """`allow`, as a `Decision` (the web middleware's fields)."""
-        allowed = self.allow(cost)
-        with self._core.lock:
-            return self._core.decision(allowed, time.monotonic())
-
-    def give_back(self, cost: int = 1) -> None:
-        """Undoes an allowed `cost` that was not used after all (another
-        limit denied the request): it is held again, not refunded."""
-        with self._core.lock:
-            self._core.give_back(cost, time.monotonic())
+        return self._core.decide(self.allow(cost))
 
     # The background thread ---------------------------------------------------
 
     def _run(self) -> None:
         core = self._core
-        while True:
-            with core.lock:
-                if core.closed:
-                    return
-                plan = core.plan(time.monotonic())
-                self._event.clear()
-            for lease in plan.refunds:
-                if lease.amount:
-                    self._refund(lease.amount, lease.granted_at_ms, retry=True)
-            for amount, at in plan.retries:
-                self._refund(amount, at, retry=False)
+        while (plan := core.next_plan(self._event.clear)) is not None:
+            self._refund_all(plan.refunds, plan.retries)
             if plan.want:
                 self._fetch(plan.want)
-            with core.lock:
-                if core.closed:
-                    return
+            if core.is_closed():
+                return
             self._event.wait(plan.wait)
 
     def _fetch(self, amount: int, *, loop: bool = True) -> None:
         """Asks Redis for up to `amount`, and holds what comes."""
-        core = self._core
-        start = time.monotonic()
-        with core.lock:
-            core.stats.calls += 1
+        start = self._core.call_start()
         try:
             grant = self._guard.run(upto(self.key, self.limit, amount))
         except _FAILURES as error:
-            with core.lock:
-                core.failed(self.key, error)
+            self._core.call_failed(self.key, error)
             return
-        with core.lock:
-            back = core.granted(grant, amount, start, loop)
-        if back is not None:
-            self._refund(back.amount, back.granted_at_ms, retry=True)
-            with core.lock:
-                retries, core.retries = core.retries, []
-            for again, at in retries:
-                self._refund(again, at, retry=False)
+        back = self._core.call_done(grant, amount, start, loop)
+        if back:
+            self._refund_all(back)
+            self._refund_all([], self._core.take_retries())
+
+    def _refund_all(
+        self, sends: list[tuple[int, int]], last: Sequence[tuple[int, int]] = ()
+    ) -> None:
+        """Refunds `sends` (a failure is tried again later), then `last`
+        (their last try: a failure is counted and logged)."""
+        for amount, at in sends:
+            self._refund(amount, at, retry=True)
+        for amount, at in last:
+            self._refund(amount, at, retry=False)
 
     def _refund(self, amount: int, at_ms: int, *, retry: bool) -> None:
         try:
             back = self._guard.run(refund(self.key, self.limit, amount, at_ms))
         except _FAILURES as error:
-            with self._core.lock:
-                lost = self._core.refund_failed(amount, at_ms, retry)
-            if lost:
-                _log_lost(self.key, amount, at_ms, error)
+            self._core.refund_error(self.key, amount, at_ms, retry, error)
             return
-        with self._core.lock:
-            self._core.refunded(amount, back)
+        self._core.refund_done(amount, back)
 
     # The rest ----------------------------------------------------------------
-
-    def stats(self) -> Stats:
-        """A copy of the counters."""
-        with self._core.lock:
-            return self._core.snapshot()
 
     def close(self) -> None:
         """Stops the background thread and refunds what is held (a failed
         refund is retried once at once, then counted and logged)."""
-        core = self._core
-        with core.lock:
-            if core.closed:
-                return
-            core.closed = True
+        if not self._core.close():
+            return
         self._event.set()
         self._thread.join()
-        with core.lock:
-            gone, retries = core.closing()
-        for lease in gone:
-            self._refund(lease.amount, lease.granted_at_ms, retry=True)
-        with core.lock:
-            retries += core.retries
-            core.retries = []
-        for amount, at in retries:
-            self._refund(amount, at, retry=False)
+        self._refund_all(self._core.close_refunds())
+        self._refund_all([], self._core.take_retries())
 
     def __enter__(self) -> GlobalLimit:
         return self
@@ -677,17 +780,7 @@ class GlobalLimit:
         self.close()
 
 
-def _log_lost(key: Key, amount: int, at_ms: int, error: Exception) -> None:
-    log.warning(
-        "GlobalLimit %r: could not refund %d unit(s) granted at %d ms (%s); lost",
-        key,
-        amount,
-        at_ms,
-        error,
-    )
-
-
-class AsyncGlobalLimit:
+class AsyncGlobalLimit(_Front["redis.asyncio.Redis | AsyncRedisCluster"]):
     """`GlobalLimit` for asyncio (a ``redis.asyncio`` client): the same
     leases, bound, fair split and failures, refilled by an asyncio task
     instead of a thread.
@@ -701,40 +794,14 @@ class AsyncGlobalLimit:
     what is held.
     """
 
-    def __init__(
-        self,
-        redis_client: redis.asyncio.Redis | AsyncRedisCluster,
-        key: Key,
-        limit: Limit,
-        *,
-        max_lease: float = 1.0,
-        interval: float = 0.025,
-        idle: float | None = None,
-        max_batch: int | None = None,
-        fail_open: bool = True,
-        timeout: float = DEFAULT_TIMEOUT,
-        cooldown: float = DEFAULT_COOLDOWN,
+    def _attach(
+        self, redis_client: redis.asyncio.Redis | AsyncRedisCluster, timeout: float, cooldown: float
     ) -> None:
-        self._core = core = _Core(
-            limit,
-            max_lease=max_lease,
-            interval=interval,
-            idle=idle,
-            max_batch=max_batch,
-            fail_open=fail_open,
-        )
         require_async(redis_client, "AsyncGlobalLimit", "GlobalLimit")
-        self.key = key
-        self.limit = limit
-        self.max_lease = max_lease
-        self.interval = interval
-        self.idle = core.idle
-        self.max_batch = core.max_batch
-        self.fail_open = fail_open
         self._guard = AsyncGuard(redis_client, timeout, cooldown)
         self._event: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
-        core.wake = self._wake
+        self._core.wake = self._wake
 
     def _wake(self) -> None:
         event = self._event
@@ -750,116 +817,75 @@ class AsyncGlobalLimit:
         """True when the request may go ahead (its `cost` spent from the
         quota held); awaits Redis only for the first requests, before the
         refill task's first batch has come."""
-        core = self._core
         if self._task is None:
             self._start()
-        now = time.monotonic()
-        with core.lock:
-            answer = core.request(cost, now)
-            if answer is not None:
-                return answer or core.refuse(now)
+        answer = self._core.admit(cost)
+        if answer is not None:
+            return answer
         try:
             await self._fetch(max(cost, 1), loop=False)
-        finally:
-            with core.lock:
-                core.fetching = False
-        now = time.monotonic()
-        with core.lock:
-            return core.take(cost, now) or core.refuse(now)
+        except BaseException:
+            self._core.end_first()
+            raise
+        return self._core.after_first(cost)
 
     async def check(self, cost: int = 1) -> Decision:
         """`allow`, as a `Decision` (the web middleware's fields)."""
-        allowed = await self.allow(cost)
-        with self._core.lock:
-            return self._core.decision(allowed, time.monotonic())
-
-    def give_back(self, cost: int = 1) -> None:
-        """Undoes an allowed `cost` that was not used after all."""
-        with self._core.lock:
-            self._core.give_back(cost, time.monotonic())
+        return self._core.decide(await self.allow(cost))
 
     async def _run(self) -> None:
         core = self._core
         event = self._event
         assert event is not None
-        while True:
-            with core.lock:
-                if core.closed:
-                    return
-                plan = core.plan(time.monotonic())
-                event.clear()
-            for lease in plan.refunds:
-                if lease.amount:
-                    await self._refund(lease.amount, lease.granted_at_ms, retry=True)
-            for amount, at in plan.retries:
-                await self._refund(amount, at, retry=False)
+        while (plan := core.next_plan(event.clear)) is not None:
+            await self._refund_all(plan.refunds, plan.retries)
             if plan.want:
                 await self._fetch(plan.want)
-            with core.lock:
-                if core.closed:
-                    return
+            if core.is_closed():
+                return
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(event.wait(), plan.wait)
 
     async def _fetch(self, amount: int, *, loop: bool = True) -> None:
-        core = self._core
-        start = time.monotonic()
-        with core.lock:
-            core.stats.calls += 1
+        start = self._core.call_start()
         try:
             grant = await self._guard.run(upto(self.key, self.limit, amount))
         except _FAILURES as error:
-            with core.lock:
-                core.failed(self.key, error)
+            self._core.call_failed(self.key, error)
             return
-        with core.lock:
-            back = core.granted(grant, amount, start, loop)
-        if back is not None:
-            await self._refund(back.amount, back.granted_at_ms, retry=True)
-            with core.lock:
-                retries, core.retries = core.retries, []
-            for again, at in retries:
-                await self._refund(again, at, retry=False)
+        back = self._core.call_done(grant, amount, start, loop)
+        if back:
+            await self._refund_all(back)
+            await self._refund_all([], self._core.take_retries())
+
+    async def _refund_all(
+        self, sends: list[tuple[int, int]], last: Sequence[tuple[int, int]] = ()
+    ) -> None:
+        for amount, at in sends:
+            await self._refund(amount, at, retry=True)
+        for amount, at in last:
+            await self._refund(amount, at, retry=False)
 
     async def _refund(self, amount: int, at_ms: int, *, retry: bool) -> None:
         try:
             back = await self._guard.run(refund(self.key, self.limit, amount, at_ms))
         except _FAILURES as error:
-            with self._core.lock:
-                lost = self._core.refund_failed(amount, at_ms, retry)
-            if lost:
-                _log_lost(self.key, amount, at_ms, error)
+            self._core.refund_error(self.key, amount, at_ms, retry, error)
             return
-        with self._core.lock:
-            self._core.refunded(amount, back)
-
-    def stats(self) -> Stats:
-        """A copy of the counters."""
-        with self._core.lock:
-            return self._core.snapshot()
+        self._core.refund_done(amount, back)
 
     async def aclose(self) -> None:
         """Stops the refill task and refunds what is held (a failed refund
         is retried once at once, then counted and logged)."""
-        core = self._core
-        with core.lock:
-            if core.closed:
-                return
-            core.closed = True
+        if not self._core.close():
+            return
         task, self._task = self._task, None
         if task is not None:
             self._wake()
             with contextlib.suppress(asyncio.TimeoutError):  # then cancelled by wait_for
                 await asyncio.wait_for(task, self._guard.timeout * 4 + 1)
-        with core.lock:
-            gone, retries = core.closing()
-        for lease in gone:
-            await self._refund(lease.amount, lease.granted_at_ms, retry=True)
-        with core.lock:
-            retries += core.retries
-            core.retries = []
-        for amount, at in retries:
-            await self._refund(amount, at, retry=False)
+        await self._refund_all(self._core.close_refunds())
+        await self._refund_all([], self._core.take_retries())
 
     async def __aenter__(self) -> AsyncGlobalLimit:
         self._start()
