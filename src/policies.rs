@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use crate::algorithms::penalty::Stamp;
 use crate::encoding::{ensure, put_u32, put_u64, DecodeError, Reader};
 use crate::parse::policy::{definition, name, Definition};
 
@@ -27,22 +28,59 @@ pub struct Version {
     pub definition: Arc<Definition>,
     /// The definition's normalised words (`Definition::words`).
     pub words: Arc<Vec<Vec<u8>>>,
-    /// The words, space-separated: what a check's replay carries in place
-    /// of the policy's name (`RL.APPLYCHECK`), made once.
+    /// What a check's replay carries in place of the policy's name
+    /// (`RL.APPLYCHECK`), made once: the stamp (see [`replayed_word`]), then
+    /// the words, space-separated.
     pub replayed: Arc<Vec<u8>>,
+    /// What the keys this version decides are stamped with.
+    pub stamp: Stamp,
 }
 
 impl Version {
-    fn new(version: u64, definition: Definition) -> Self {
+    fn new(name: &[u8], version: u64, definition: Definition) -> Self {
         let words = Arc::new(definition.words());
-        let replayed = Arc::new(words.join(&b' '));
+        let stamp = Stamp::of(name, version);
+        let replayed = Arc::new(replayed_word(stamp, &words));
         Self {
             version,
             definition: Arc::new(definition),
             words,
             replayed,
+            stamp,
         }
     }
+}
+
+/// The word a check's replay carries for a policy's version: `@`, the
+/// stamp's policy hash in 16 hex digits, `.`, its version in decimal, a
+/// space, then the definition's words, space-separated. The stamp lets a
+/// replica and an AOF replay migrate and stamp the keys exactly as the
+/// primary did (see `crate::redis::engine::migrate`); a replay written
+/// before stamps existed starts with the first tier's name, and stamps
+/// nothing.
+pub fn replayed_word(stamp: Stamp, words: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = format!("@{:016x}.{} ", stamp.policy, stamp.version).into_bytes();
+    out.extend_from_slice(&words.join(&b' '));
+    out
+}
+
+/// A replay's word split into its stamp (none for a replay written before
+/// stamps) and the definition's words.
+pub fn split_replayed(word: &[u8]) -> Result<(Stamp, &[u8]), DecodeError> {
+    let Some(rest) = word.strip_prefix(b"@") else {
+        return Ok((Stamp::NONE, word));
+    };
+    let bad = DecodeError("bad policy stamp in a replay");
+    let space = rest.iter().position(|&b| b == b' ').ok_or(bad.clone())?;
+    let (head, tail) = rest.split_at(space);
+    let head = std::str::from_utf8(head).map_err(|_| bad.clone())?;
+    let (hash, version) = head.split_once('.').ok_or(bad.clone())?;
+    let stamp = Stamp {
+        policy: u64::from_str_radix(hash, 16).map_err(|_| bad.clone())?,
+        version: version.parse().map_err(|_| bad.clone())?,
+    };
+    ensure(hash.len() == 16 && stamp.policy != 0 && stamp.version != 0, bad.0)?;
+    Ok((stamp, tail.get(1..).unwrap_or_default()))
 }
 
 /// A policy's counters, for `INFO ratelimit`.
@@ -177,7 +215,7 @@ impl Store {
                 versions: VecDeque::new(),
                 counters: Arc::default(),
             });
-        policy.push(Version::new(version, definition));
+        policy.push(Version::new(name, version, definition));
     }
 
     /// The definition of a kept `version` of `name`, to make current again.
@@ -187,6 +225,15 @@ impl Store {
             .history()
             .find(|v| v.version == version)
             .map(|v| Definition::clone(&v.definition))
+    }
+
+    /// The name of the policy whose name hashes to `hash` (a stamp's), if
+    /// this node holds one.
+    pub fn name_of(&self, hash: u64) -> Option<Vec<u8>> {
+        self.policies
+            .keys()
+            .find(|name| crate::algorithms::penalty::name_hash(name) == hash)
+            .cloned()
     }
 
     /// Forgets `name` and its versions; whether it was there.

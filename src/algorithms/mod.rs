@@ -15,6 +15,7 @@ pub mod expiry;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
+pub mod migration;
 mod lease_ends;
 pub mod partial;
 pub mod penalty;
