@@ -17,6 +17,40 @@ use crate::algorithms::penalty::Stamp;
 use crate::encoding::{ensure, put_u32, put_u64, DecodeError, Reader};
 use crate::parse::policy::{definition, name, Definition};
 
+/// How many keys hold a state stamped with each policy (by name hash):
+/// one more for each stamped value given to Redis (stored, loaded from an
+/// RDB file or a `RESTORE`, copied), one less for each freed, moved when a
+/// value is restamped to another policy. Redis frees values in background
+/// threads too (`FLUSHALL ASYNC`, lazy free): hence a lock of its own, not
+/// the store's, taken only where a stamped value is made or freed.
+static KEY_COUNTS: Mutex<BTreeMap<u64, i64>> = Mutex::new(BTreeMap::new());
+
+/// Counts `delta` keys for the policy whose name hashes to `hash` (none
+/// for 0).
+pub fn count_keys(hash: u64, delta: i64) {
+    if hash != 0 {
+        let mut counts = KEY_COUNTS.lock().unwrap_or_else(PoisonError::into_inner);
+        *counts.entry(hash).or_insert(0) += delta;
+    }
+}
+
+/// A value restamped from the policy hashing to `from` to `to`'s.
+pub fn move_key(from: u64, to: u64) {
+    if from != to {
+        count_keys(from, -1);
+        count_keys(to, 1);
+    }
+}
+
+/// How many keys hold a state stamped with the policy named `name`.
+pub fn keys_of(name: &[u8]) -> i64 {
+    let counts = KEY_COUNTS.lock().unwrap_or_else(PoisonError::into_inner);
+    counts
+        .get(&crate::algorithms::penalty::name_hash(name))
+        .copied()
+        .unwrap_or(0)
+}
+
 /// How many versions of a policy are kept (the current one included), for
 /// `RL.POLICY HISTORY` and `ROLLBACK`.
 pub const KEPT_VERSIONS: usize = 5;

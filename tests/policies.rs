@@ -685,11 +685,11 @@ fn info_shows_the_policies_their_digest_and_each_one_counts() {
     );
     assert_eq!(
         info_field(&mut con, "ratelimit", "ratelimit_policy_plan_free"),
-        "checks=3,allowed=1,denied=2,shadow_denied=0"
+        "checks=3,allowed=1,denied=2,shadow_denied=0,keys=1"
     );
     assert_eq!(
         info_field(&mut con, "ratelimit", "ratelimit_policy_quiet"),
-        "checks=3,allowed=1,denied=0,shadow_denied=2"
+        "checks=3,allowed=1,denied=0,shadow_denied=2,keys=1"
     );
 }
 
@@ -1045,4 +1045,81 @@ fn a_penalized_state_written_before_stamps_loads_and_is_stamped_by_a_check() {
     assert_eq!(info_int(&info, "penalty_until_ms"), until);
     let stamped = dump(&mut con, "k").unwrap();
     assert!(stamped.windows(2).any(|w| w == [0x51, TokenBucket::TAG]));
+}
+
+/// `keys=` of a policy's `INFO ratelimit` line.
+fn policy_keys(con: &mut Connection, name: &str) -> i64 {
+    let line = info_field(con, "ratelimit", &format!("ratelimit_policy_{name}"));
+    let keys = line.rsplit("keys=").next().unwrap_or_default();
+    keys.parse()
+        .unwrap_or_else(|_| panic!("no keys count in {line:?}"))
+}
+
+fn eventually_keys(con: &mut Connection, name: &str, n: i64, what: &str) {
+    wait_for(what, Duration::from_secs(10), || policy_keys(con, name) == n);
+}
+
+/// Each policy counts the keys holding its stamp, without SCAN: up with
+/// each check on a new key, COPY, RESTORE; down with DEL, UNLINK, an
+/// overwrite, expiry, FLUSHALL (sync and async); moved by a restamp to
+/// another policy; the same after DEBUG RELOAD, a restart from RDB, and on
+/// a replica after its full sync.
+#[test]
+fn each_policy_counts_its_keys_without_scan() {
+    let mut server = Server::start(&[]);
+    let mut con = server.connect();
+    set(&mut con, "p", &["TOKENBUCKET", "10", "0.001"]);
+    set(&mut con, "q", &["TOKENBUCKET", "5", "0.001"]);
+    assert_eq!(policy_keys(&mut con, "p"), 0);
+    for i in 0..10 {
+        check(&mut con, &["RL.CHECK", "p", &format!("k{i}")]);
+    }
+    // A peek and an inline check stamp nothing.
+    check(&mut con, &["RL.CHECK", "p", "peeked", "PEEK"]);
+    check(&mut con, &["RL.TOKENBUCKET", "inline", "10", "0.001"]);
+    assert_eq!(policy_keys(&mut con, "p"), 10);
+    run(&mut con, &["DEL", "k0"]).unwrap();
+    run(&mut con, &["UNLINK", "k1"]).unwrap();
+    run(&mut con, &["SET", "k2", "x"]).unwrap();
+    assert_eq!(policy_keys(&mut con, "p"), 7);
+    run(&mut con, &["PEXPIRE", "k3", "1"]).unwrap();
+    wait_for("k3 expires", Duration::from_secs(5), || !exists(&mut con, "k3"));
+    assert_eq!(policy_keys(&mut con, "p"), 6);
+    run(&mut con, &["COPY", "k4", "c4"]).unwrap();
+    let payload = redis::cmd("DUMP").arg("k5").query::<Vec<u8>>(&mut con).unwrap();
+    redis::cmd("RESTORE")
+        .arg("r5")
+        .arg(0)
+        .arg(payload)
+        .query::<()>(&mut con)
+        .unwrap();
+    assert_eq!(policy_keys(&mut con, "p"), 8);
+    // The inline key, checked by name, is stamped; a key of p checked by
+    // q moves to q.
+    check(&mut con, &["RL.CHECK", "p", "inline"]);
+    check(&mut con, &["RL.CHECK", "q", "k6"]);
+    assert_eq!((policy_keys(&mut con, "p"), policy_keys(&mut con, "q")), (8, 1));
+    run(&mut con, &["DEBUG", "RELOAD"]).unwrap();
+    assert_eq!((policy_keys(&mut con, "p"), policy_keys(&mut con, "q")), (8, 1));
+    run(&mut con, &["SAVE"]).unwrap();
+    drop(con);
+    server.shutdown_nosave();
+    server.launch();
+    let mut con = server.connect();
+    assert_eq!((policy_keys(&mut con, "p"), policy_keys(&mut con, "q")), (8, 1));
+    let replica = Server::start_replica_of(&server);
+    let mut rcon = replica.connect();
+    run(&mut con, &["WAIT", "1", "5000"]).unwrap();
+    eventually_keys(&mut rcon, "p", 8, "the replica's count");
+    assert_eq!(policy_keys(&mut rcon, "q"), 1);
+    run(&mut con, &["FLUSHALL", "ASYNC"]).unwrap();
+    eventually_keys(&mut con, "p", 0, "FLUSHALL ASYNC frees");
+    eventually_keys(&mut rcon, "p", 0, "the replica's FLUSHALL");
+    assert_eq!(policy_keys(&mut con, "q"), 0);
+    for i in 0..3 {
+        check(&mut con, &["RL.CHECK", "p", &format!("k{i}")]);
+    }
+    assert_eq!(policy_keys(&mut con, "p"), 3);
+    run(&mut con, &["FLUSHALL"]).unwrap();
+    assert_eq!(policy_keys(&mut con, "p"), 0);
 }

@@ -152,6 +152,13 @@ pub trait State: Registered + Clone + Sized {
         1
     }
 
+    /// The name hash of the named policy whose stamp this state carries
+    /// (`penalty::Stamp`); 0 for none: what `INFO ratelimit` counts a
+    /// policy's keys by.
+    fn policy_hash(&self) -> u64 {
+        0
+    }
+
     /// The parameters as last used, then the state as stored, as named
     /// fields (units in the names), as seen at `now_ms`: what has ended by
     /// then (a lease) is not shown, dropped from the state or not.

@@ -141,6 +141,10 @@ impl<A: Penalizable> State for Penalized<A> {
         self.state.free_effort()
     }
 
+    fn policy_hash(&self) -> u64 {
+        self.stamp.policy
+    }
+
     fn describe(&self, now_ms: i64) -> Vec<(&'static str, Field)> {
         let mut fields = self.state.describe(now_ms);
         if self.until_ms > 0 {

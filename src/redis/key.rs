@@ -237,7 +237,9 @@ impl<R: RawKey> Key<'_, Write, R> {
     ) -> Result<(), CommandError> {
         match self.key.holds_mut::<A, A::Penalized>() {
             Holds::Sibling(extended) => {
-                *A::stamp_mut(extended) = stamp;
+                let own = A::stamp_mut(extended);
+                crate::policies::move_key(own.policy, stamp.policy);
+                *own = stamp;
                 Ok(())
             }
             Holds::This(slot) => {
@@ -289,7 +291,26 @@ impl<R: RawKey> Key<'_, Write, R> {
     /// else).
     pub fn put<A: Stored>(&mut self, state: A) -> Result<(), CommandError> {
         match self.key.holds_mut::<A, A::Sibling>() {
-            Holds::This(slot) => *slot = state,
+            Holds::This(slot) => {
+                crate::policies::move_key(slot.policy_hash(), state.policy_hash());
+                *slot = state;
+            }
+            Holds::Sibling(_) => self.replace(state)?,
+            Holds::Nothing => self.set(state)?,
+            Holds::Other => return Err(CommandError::wrong_type()),
+        }
+        Ok(())
+    }
+
+    /// [`Key::put`] of a state a check decided: into the key's stamped
+    /// extended form when it holds one (its penalty's end and policy stamp
+    /// stay; see `Stored::into_sibling`).
+    pub fn put_decided<A: Stored>(&mut self, state: A) -> Result<(), CommandError> {
+        match self.key.holds_mut::<A, A::Sibling>() {
+            Holds::This(slot) => {
+                crate::policies::move_key(slot.policy_hash(), state.policy_hash());
+                *slot = state;
+            }
             Holds::Sibling(sibling) => {
                 if let Err(state) = state.into_sibling(sibling) {
                     self.replace(state)?;

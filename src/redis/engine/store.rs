@@ -86,7 +86,7 @@ pub fn store<S: Store, A: Stored, R: RawKey>(
     state: A,
 ) -> Result<(), CommandError> {
     let fresh_at_ms = state.fresh_at_ms();
-    key.put(state)?;
+    key.put_decided(state)?;
     key.expire_fresh(fresh_at_ms, run.expiry_slack_ms());
     run.written(key_name);
     Ok(())

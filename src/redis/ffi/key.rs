@@ -119,6 +119,7 @@ impl<'a> OpenKey<'a> {
         if self.ptr.is_null() {
             return false;
         }
+        let policy_hash = crate::algorithms::State::policy_hash(&value);
         let boxed = Box::into_raw(Box::new(value)).cast::<c_void>();
         // SAFETY: `ptr` is a key opened for writing; Redis takes ownership
         // of the box and hands it back to `T`'s type's `free` callback,
@@ -128,6 +129,7 @@ impl<'a> OpenKey<'a> {
         };
         if status == raw::REDISMODULE_OK as c_int {
             super::types::held_one_more::<T>();
+            crate::policies::count_keys(policy_hash, 1);
             true
         } else {
             // SAFETY: Redis refused the value, so the box is still ours.
