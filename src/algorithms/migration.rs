@@ -10,7 +10,33 @@
 //! sliding counter's or log's limit, GCRA's burst plus one).
 
 use super::{Algorithm, Mode};
-use crate::parse::policy::OnChange;
+
+/// What a key decided under an older version of a policy becomes on its
+/// next check, when the tier's parameters (or algorithm) changed: see
+/// `crate::redis::engine::migrate`. `KEEP`, the default, is the state as it
+/// stands, read under the new parameters (clamped to the new limit), what
+/// an inline command does when its parameters change: a reset on every
+/// change would hand out a full quota each time. `SCALE`: the remaining
+/// quota scaled by new / old limit. `RESET`: a fresh state, as a missing
+/// key (the penalty dropped too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnChange {
+    #[default]
+    Keep,
+    Scale,
+    Reset,
+}
+
+impl OnChange {
+    pub fn word(self) -> &'static str {
+        match self {
+            OnChange::Keep => "KEEP",
+            OnChange::Scale => "SCALE",
+            OnChange::Reset => "RESET",
+        }
+    }
+}
+
 
 /// What a peek of `state` under its own parameters answers at `now_ms`:
 /// its limit, and what it has remaining.

@@ -151,9 +151,10 @@ impl<A: Penalizable> State for Penalized<A> {
             fields.push(("penalty_until_ms", Field::Int(self.until_ms)));
         }
         if !self.stamp.is_none() {
-            let name = crate::policies::store().name_of(self.stamp.policy);
-            let shown = name.unwrap_or_else(|| format!("{:016x}", self.stamp.policy).into_bytes());
-            fields.push(("policy", Field::Text(shown)));
+            // The hash in hex: the Redis layer shows the policy's name
+            // instead when the server holds it.
+            let hash = format!("{:016x}", self.stamp.policy).into_bytes();
+            fields.push(("policy", Field::Text(hash)));
             fields.push((
                 "policy_version",
                 Field::Int(i64::try_from(self.stamp.version).unwrap_or(i64::MAX)),

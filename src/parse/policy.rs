@@ -17,31 +17,7 @@ pub const MAX_NAME_BYTES: usize = 128;
 /// The most tiers a policy may hold (each is a key of every check).
 pub const MAX_TIERS: usize = 16;
 
-/// What a key decided under an older version of a policy becomes on its
-/// next check, when the tier's parameters (or algorithm) changed: see
-/// `crate::redis::engine::migrate`. `KEEP`, the default, is the state as it
-/// stands, read under the new parameters (clamped to the new limit), what
-/// an inline command does when its parameters change: a reset on every
-/// change would hand out a full quota each time. `SCALE`: the remaining
-/// quota scaled by new / old limit. `RESET`: a fresh state, as a missing
-/// key (the penalty dropped too).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnChange {
-    #[default]
-    Keep,
-    Scale,
-    Reset,
-}
-
-impl OnChange {
-    pub fn word(self) -> &'static str {
-        match self {
-            OnChange::Keep => "KEEP",
-            OnChange::Scale => "SCALE",
-            OnChange::Reset => "RESET",
-        }
-    }
-}
+pub use crate::algorithms::migration::OnChange;
 
 /// A policy's definition: its tiers and the options that go with them.
 #[derive(Debug, Clone, PartialEq)]
