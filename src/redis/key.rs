@@ -98,6 +98,12 @@ impl<'a> Key<'a, Read> {
 }
 
 impl<M, R: RawKey> Key<'_, M, R> {
+    /// What the key is made of, to open again as another [`Key`] (see
+    /// `super::engine::store::Store::keep_open`).
+    pub(crate) fn into_raw(self) -> R {
+        self.key
+    }
+
     /// A key of `raw`, which the caller opened as `M` says.
     pub(crate) fn made_of(raw: R) -> Self {
         Self {

@@ -32,7 +32,7 @@
 //! the stamp and the strategy: `crate::policies::replayed_word`), so they
 //! reach the same bytes.
 
-use super::super::key::Holds;
+use super::super::key::{Holds, Key};
 use super::super::outcome::Outcome;
 use super::super::types::PenalizedStored;
 use super::store::Store;
@@ -86,9 +86,12 @@ pub fn before<'a, S: Store + 'a>(
     mode: Mode,
     cost: u64,
 ) -> Result<Result<Migration<'a, S>, Outcome>, CommandError> {
+    // One tier (the usual policy): its key, when nothing is to be done,
+    // stays open for the decision.
+    let keep = tiers.len() == 1;
     let mut planned = Vec::with_capacity(tiers.len());
     for (tier, &key_name) in tiers.iter().zip(keys) {
-        planned.push(plan_tier(run, key_name, tier, stamp, on_change, mode, cost)?);
+        planned.push(plan_tier(run, key_name, tier, stamp, on_change, mode, cost, keep)?);
     }
     if mode == Mode::Peek {
         if planned.iter().any(|p| p.migrated) {
@@ -118,6 +121,7 @@ macro_rules! plan_tier {
         algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
         others { $($others:tt)* }
     ) => {
+        #[allow(clippy::too_many_arguments)]
         fn plan_tier<'a, S: Store + 'a>(
             run: &S,
             key_name: S::Name,
@@ -126,10 +130,11 @@ macro_rules! plan_tier {
             on_change: OnChange,
             mode: Mode,
             cost: u64,
+            keep: bool,
         ) -> Result<Planned<'a, S>, CommandError> {
             match *tier {
                 $(Tier::$ty(params) => plan::<S, crate::algorithms::$module::$ty>(
-                    run, key_name, params, stamp, on_change, mode, cost,
+                    run, key_name, params, stamp, on_change, mode, cost, keep,
                 ),)*
             }
         }
@@ -163,6 +168,7 @@ macro_rules! plan_tier {
 }
 crate::registry!(plan_tier);
 
+#[allow(clippy::too_many_arguments)]
 fn plan<'a, S: Store + 'a, B: Checked>(
     run: &S,
     key_name: S::Name,
@@ -171,9 +177,33 @@ fn plan<'a, S: Store + 'a, B: Checked>(
     on_change: OnChange,
     mode: Mode,
     cost: u64,
+    keep: bool,
+) -> Result<Planned<'a, S>, CommandError> {
+    let now = (params, stamp, on_change, mode, cost);
+    if mode == Mode::Take {
+        // Opened for writing, so that when nothing is to be done the
+        // decision can use this very key (`Store::keep_open`): one lookup
+        // a check, not two.
+        let key = run.write(key_name);
+        plan_on::<S, B, _>(run, key, now, |key| {
+            if keep {
+                run.keep_open(key_name, key);
+            }
+        })
+    } else {
+        plan_on::<S, B, _>(run, run.read(key_name), now, drop)
+    }
+}
+
+/// [`plan`] on the open `key`; `keep` takes it when nothing is to be done.
+fn plan_on<'a, 'k, S: Store + 'a, B: Checked, M>(
+    run: &S,
+    key: Key<'k, M, S::Raw<'k>>,
+    (params, stamp, on_change, mode, cost): (B::Params, Stamp, OnChange, Mode, u64),
+    keep: impl FnOnce(Key<'k, M, S::Raw<'k>>),
 ) -> Result<Planned<'a, S>, CommandError> {
     let now_ms = run.now_ms();
-    let key = run.read(key_name);
+    let mut current = None;
     // What the key becomes: `None` a reset (as a missing key), `Some` a
     // migrated state; and whether it is only restamped.
     let (next, restamp): (Option<Option<B::Penalized>>, bool) = match key.holds_form::<B>() {
@@ -183,15 +213,17 @@ fn plan<'a, S: Store + 'a, B: Checked>(
             let changed = state.params() != params;
             if own == stamp && !changed {
                 // The usual check: nothing to do.
-                return Ok(kept(None, peek_in(mode, Some((state, Some(until_ms))), params, now_ms, cost)));
-            }
-            match on_change {
+                current = Some(peek_in(mode, Some((state, Some(until_ms))), params, now_ms, cost));
+                (None, false)
+            } else {
+                match on_change {
                 OnChange::Scale if changed && own.policy == stamp.policy => {
                     let next = migrated::<B, B>(state, params, now_ms, OnChange::Scale);
                     (Some(Some(B::extended(until_ms, stamp, next))), false)
                 }
                 OnChange::Reset if changed && own.policy == stamp.policy => (Some(None), false),
                 _ => (None, true),
+                }
             }
         }
         Holds::This(_) => (None, true),
@@ -209,6 +241,10 @@ fn plan<'a, S: Store + 'a, B: Checked>(
             None => return Err(CommandError::wrong_type()),
         },
     };
+    if let Some(peek) = current {
+        keep(key);
+        return Ok(kept(None, peek));
+    }
     if restamp {
         let peek = match (mode, key.held_ref::<B>()?) {
             (Mode::Peek, Some(held)) => {
