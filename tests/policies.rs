@@ -1094,6 +1094,12 @@ fn each_policy_counts_its_keys_without_scan() {
         .query::<()>(&mut con)
         .unwrap();
     assert_eq!(policy_keys(&mut con, "p"), 8);
+    // The copy and the restored key carry the stamp (the one encoding).
+    for key in ["c4", "r5"] {
+        let info = rl_info(&mut con, key).unwrap();
+        assert_eq!((info_text(&info, "policy"), info_int(&info, "policy_version")), ("p".into(), 1));
+    }
+    assert_eq!(dump(&mut con, "c4"), dump(&mut con, "k4"));
     // The inline key, checked by name, is stamped; a key of p checked by
     // q moves to q.
     check(&mut con, &["RL.CHECK", "p", "inline"]);
