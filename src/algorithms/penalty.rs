@@ -406,6 +406,45 @@ mod tests {
         assert!(decode_body::<Penalized<TokenBucket>>(&body[..body.len() - 1]).is_err());
     }
 
+    #[test]
+    fn a_stamped_state_round_trips_and_an_unstamped_one_keeps_the_old_bytes() {
+        let params = TokenBucketParams {
+            capacity: 5,
+            rate_per_s: 1.0,
+        };
+        let state = TokenBucket::fresh(params, 1_000);
+        // The bytes main writes for a penalized state, built by hand: 0x50,
+        // the algorithm's tag, the penalty's end, the algorithm's body.
+        let mut old = vec![PENALTY_TAG, TokenBucket::TAG];
+        old.extend_from_slice(&90_000_i64.to_le_bytes());
+        state.encode_body(&mut old);
+        let loaded = Penalized::<TokenBucket>::decode(&old, Horizon::NONE).unwrap();
+        assert_eq!(loaded.stamp, Stamp::NONE);
+        assert_eq!(encode(&loaded), old, "an unstamped state is written as before");
+        // Stamped: 0x51, the stamp after the penalty's end (0: none had).
+        let stamped = Penalized {
+            until_ms: 0,
+            stamp: Stamp::of(b"plan:free", 3),
+            state,
+        };
+        let bytes = encode(&stamped);
+        assert_eq!(&bytes[..2], &[STAMPED_TAG, TokenBucket::TAG]);
+        assert_eq!(bytes.len(), old.len() + 16);
+        assert_eq!(
+            Penalized::<TokenBucket>::decode(&bytes, Horizon::NONE),
+            Ok(stamped.clone())
+        );
+        // What this code could not have written is refused: a zero stamp
+        // under the stamped tag, a zero end under the old one.
+        let mut zero = bytes.clone();
+        zero[10..26].fill(0);
+        assert!(Penalized::<TokenBucket>::decode(&zero, Horizon::NONE).is_err());
+        let mut no_end = old.clone();
+        no_end[2..10].fill(0);
+        assert!(Penalized::<TokenBucket>::decode(&no_end, Horizon::NONE).is_err());
+        assert_ne!(name_hash(b"plan:free"), 0);
+    }
+
     /// A key of a bucket of 2 tokens and 1 token/s, with its penalty.
     struct Login {
         state: TokenBucket,
