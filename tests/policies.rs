@@ -1074,6 +1074,12 @@ fn each_policy_counts_its_keys_without_scan() {
     for i in 0..10 {
         check(&mut con, &["RL.CHECK", "p", &format!("k{i}")]);
     }
+    // A new key is stored stamped, with its expiry as the inline command's
+    // key of the same state has it.
+    check(&mut con, &["RL.TOKENBUCKET", "twin", "10", "0.001"]);
+    let (made, twin) = (expiry_time(&mut con, "k9"), expiry_time(&mut con, "twin"));
+    assert!(made > 0 && (made - twin).abs() < 1_000, "{made} {twin}");
+    run(&mut con, &["DEL", "twin"]).unwrap();
     // A peek and an inline check stamp nothing.
     check(&mut con, &["RL.CHECK", "p", "peeked", "PEEK"]);
     check(&mut con, &["RL.TOKENBUCKET", "inline", "10", "0.001"]);

@@ -184,7 +184,22 @@ fn plan<'a, S: Store + 'a, B: Checked>(
         // Opened for writing, so that when nothing is to be done the
         // decision can use this very key (`Store::keep_open`): one lookup
         // a check, not two.
-        let key = run.write(key_name);
+        let mut key = run.write(key_name);
+        if keep && key.is_empty() {
+            // A new key of a one-tier policy: made in its stamped form
+            // right away, a fresh state, when the request will take from
+            // it (what the decision then does on it is what it does on a
+            // missing key: the same fresh state, at the same time), so
+            // that it is not stored plain, then looked up again to be
+            // stamped. A request a fresh state denies makes no key.
+            let now_ms = run.now_ms();
+            if B::check_with(None, params, now_ms, cost, Mode::Take).1.is_some() {
+                run.out_of_memory()?;
+                key.set(B::extended(0, stamp, B::fresh(params, now_ms)))?;
+            }
+            run.keep_open(key_name, key);
+            return Ok(kept(None, None));
+        }
         plan_on::<S, B, _>(run, key, now, |key| {
             if keep {
                 run.keep_open(key_name, key);
