@@ -86,9 +86,26 @@ pub fn before<'a, S: Store + 'a>(
     mode: Mode,
     cost: u64,
 ) -> Result<Result<Migration<'a, S>, Outcome>, CommandError> {
-    // One tier (the usual policy): its key, when nothing is to be done,
-    // stays open for the decision.
-    let keep = tiers.len() == 1;
+    // One tier (the usual policy): no list of plans, and its key, when
+    // nothing is to be done, stays open for the decision.
+    if let ([tier], Some(&key_name)) = (tiers, keys.first()) {
+        let planned = plan_tier(run, key_name, tier, stamp, on_change, mode, cost, true)?;
+        if mode == Mode::Peek {
+            if let (true, Some(peek)) = (planned.migrated, planned.peek) {
+                return Ok(Err(Outcome::Decision(peek)));
+            }
+            return Ok(Ok(Migration { after: Vec::new() }));
+        }
+        if let Some(write) = planned.before {
+            write(run, key_name)?;
+        }
+        let after = match planned.after {
+            Some(write) => vec![(write, key_name)],
+            None => Vec::new(),
+        };
+        return Ok(Ok(Migration { after }));
+    }
+    let keep = false;
     let mut planned = Vec::with_capacity(tiers.len());
     for (tier, &key_name) in tiers.iter().zip(keys) {
         planned.push(plan_tier(run, key_name, tier, stamp, on_change, mode, cost, keep)?);
