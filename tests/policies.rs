@@ -774,6 +774,15 @@ fn each_algorithm_migrates(strategy: &str, expected: impl Fn(&Spec) -> i64) {
         assert_eq!(dump(&mut con, &key), before, "{name}: the peek wrote");
         let remaining = expected(old);
         assert_eq!(peek, vec![1, 20, remaining], "{name} {strategy} peek");
+        // A read-only replica answers the peek the same, from a copy.
+        run(&mut con, &["WAIT", "1", "5000"]).unwrap();
+        let replica_before = dump(&mut rcon, &key);
+        assert_eq!(
+            head(&mut rcon, &["RL.CHECK", &name, &key, "PEEK"]),
+            peek,
+            "{name} {strategy}: the replica's peek"
+        );
+        assert_eq!(dump(&mut rcon, &key), replica_before);
         let taken = head(&mut con, &["RL.CHECK", &name, &key]);
         assert_eq!(taken, vec![1, 20, remaining - 1], "{name} {strategy}");
         let info = rl_info(&mut con, &key).unwrap();
