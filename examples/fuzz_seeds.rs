@@ -17,7 +17,7 @@
 use std::error::Error;
 use std::path::Path;
 
-use redis_ratelimit::algorithms::penalty::Penalized;
+use redis_ratelimit::algorithms::penalty::{Penalized, Stamp};
 use redis_ratelimit::algorithms::registry::{each_algorithm, Each, Listed};
 use redis_ratelimit::algorithms::{Mode, State};
 use redis_ratelimit::parse::{check_args, Syntax};
@@ -78,6 +78,7 @@ impl Each for Seeds {
             let mut penalized = Vec::new();
             Penalized {
                 until_ms: T0_MS + 1_000_000,
+                stamp: Stamp::NONE,
                 state,
             }
             .encode(&mut penalized);

@@ -13,8 +13,43 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use crate::algorithms::penalty::Stamp;
 use crate::encoding::{ensure, put_u32, put_u64, DecodeError, Reader};
 use crate::parse::policy::{definition, name, Definition};
+
+/// How many keys hold a state stamped with each policy (by name hash):
+/// one more for each stamped value given to Redis (stored, loaded from an
+/// RDB file or a `RESTORE`, copied), one less for each freed, moved when a
+/// value is restamped to another policy. Redis frees values in background
+/// threads too (`FLUSHALL ASYNC`, lazy free): hence a lock of its own, not
+/// the store's, taken only where a stamped value is made or freed.
+static KEY_COUNTS: Mutex<BTreeMap<u64, i64>> = Mutex::new(BTreeMap::new());
+
+/// Counts `delta` keys for the policy whose name hashes to `hash` (none
+/// for 0).
+pub fn count_keys(hash: u64, delta: i64) {
+    if hash != 0 {
+        let mut counts = KEY_COUNTS.lock().unwrap_or_else(PoisonError::into_inner);
+        *counts.entry(hash).or_insert(0) += delta;
+    }
+}
+
+/// A value restamped from the policy hashing to `from` to `to`'s.
+pub fn move_key(from: u64, to: u64) {
+    if from != to {
+        count_keys(from, -1);
+        count_keys(to, 1);
+    }
+}
+
+/// How many keys hold a state stamped with the policy named `name`.
+pub fn keys_of(name: &[u8]) -> i64 {
+    let counts = KEY_COUNTS.lock().unwrap_or_else(PoisonError::into_inner);
+    counts
+        .get(&crate::algorithms::penalty::name_hash(name))
+        .copied()
+        .unwrap_or(0)
+}
 
 /// How many versions of a policy are kept (the current one included), for
 /// `RL.POLICY HISTORY` and `ROLLBACK`.
@@ -27,22 +62,59 @@ pub struct Version {
     pub definition: Arc<Definition>,
     /// The definition's normalised words (`Definition::words`).
     pub words: Arc<Vec<Vec<u8>>>,
-    /// The words, space-separated: what a check's replay carries in place
-    /// of the policy's name (`RL.APPLYCHECK`), made once.
+    /// What a check's replay carries in place of the policy's name
+    /// (`RL.APPLYCHECK`), made once: the stamp (see [`replayed_word`]), then
+    /// the words, space-separated.
     pub replayed: Arc<Vec<u8>>,
+    /// What the keys this version decides are stamped with.
+    pub stamp: Stamp,
 }
 
 impl Version {
-    fn new(version: u64, definition: Definition) -> Self {
+    fn new(name: &[u8], version: u64, definition: Definition) -> Self {
         let words = Arc::new(definition.words());
-        let replayed = Arc::new(words.join(&b' '));
+        let stamp = Stamp::of(name, version);
+        let replayed = Arc::new(replayed_word(stamp, &words));
         Self {
             version,
             definition: Arc::new(definition),
             words,
             replayed,
+            stamp,
         }
     }
+}
+
+/// The word a check's replay carries for a policy's version: `@`, the
+/// stamp's policy hash in 16 hex digits, `.`, its version in decimal, a
+/// space, then the definition's words, space-separated. The stamp lets a
+/// replica and an AOF replay migrate and stamp the keys exactly as the
+/// primary did (see `crate::redis::engine::migrate`); a replay written
+/// before stamps existed starts with the first tier's name, and stamps
+/// nothing.
+pub fn replayed_word(stamp: Stamp, words: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = format!("@{:016x}.{} ", stamp.policy, stamp.version).into_bytes();
+    out.extend_from_slice(&words.join(&b' '));
+    out
+}
+
+/// A replay's word split into its stamp (none for a replay written before
+/// stamps) and the definition's words.
+pub fn split_replayed(word: &[u8]) -> Result<(Stamp, &[u8]), DecodeError> {
+    let Some(rest) = word.strip_prefix(b"@") else {
+        return Ok((Stamp::NONE, word));
+    };
+    let bad = DecodeError("bad policy stamp in a replay");
+    let space = rest.iter().position(|&b| b == b' ').ok_or(bad.clone())?;
+    let (head, tail) = rest.split_at(space);
+    let head = std::str::from_utf8(head).map_err(|_| bad.clone())?;
+    let (hash, version) = head.split_once('.').ok_or(bad.clone())?;
+    let stamp = Stamp {
+        policy: u64::from_str_radix(hash, 16).map_err(|_| bad.clone())?,
+        version: version.parse().map_err(|_| bad.clone())?,
+    };
+    ensure(hash.len() == 16 && stamp.policy != 0 && stamp.version != 0, bad.0)?;
+    Ok((stamp, tail.get(1..).unwrap_or_default()))
 }
 
 /// A policy's counters, for `INFO ratelimit`.
@@ -177,7 +249,7 @@ impl Store {
                 versions: VecDeque::new(),
                 counters: Arc::default(),
             });
-        policy.push(Version::new(version, definition));
+        policy.push(Version::new(name, version, definition));
     }
 
     /// The definition of a kept `version` of `name`, to make current again.
@@ -187,6 +259,15 @@ impl Store {
             .history()
             .find(|v| v.version == version)
             .map(|v| Definition::clone(&v.definition))
+    }
+
+    /// The name of the policy whose name hashes to `hash` (a stamp's), if
+    /// this node holds one.
+    pub fn name_of(&self, hash: u64) -> Option<Vec<u8>> {
+        self.policies
+            .keys()
+            .find(|name| crate::algorithms::penalty::name_hash(name) == hash)
+            .cloned()
     }
 
     /// Forgets `name` and its versions; whether it was there.

@@ -443,8 +443,8 @@ fn every_bad_definition_is_refused_with_its_reason_and_changes_nothing() {
             "ERR ON-CHANGE must be KEEP",
         ),
         (
-            &["RL.POLICY", "SET", "p", "TOKENBUCKET", "1", "1", "ON-CHANGE", "SCALE"],
-            "ERR syntax error: ON-CHANGE SCALE is not offered yet (keys do not record a policy version): KEEP only",
+            &["RL.POLICY", "SET", "p", "TOKENBUCKET", "1", "1", "ON-CHANGE", "HALVE"],
+            "ERR ON-CHANGE must be KEEP, SCALE or RESET",
         ),
         (
             &["RL.POLICY", "SET", "p", "TOKENBUCKET", "1", "1", "WHAT"],
@@ -685,11 +685,11 @@ fn info_shows_the_policies_their_digest_and_each_one_counts() {
     );
     assert_eq!(
         info_field(&mut con, "ratelimit", "ratelimit_policy_plan_free"),
-        "checks=3,allowed=1,denied=2,shadow_denied=0"
+        "checks=3,allowed=1,denied=2,shadow_denied=0,keys=1"
     );
     assert_eq!(
         info_field(&mut con, "ratelimit", "ratelimit_policy_quiet"),
-        "checks=3,allowed=1,denied=0,shadow_denied=2"
+        "checks=3,allowed=1,denied=0,shadow_denied=2,keys=1"
     );
 }
 
@@ -715,4 +715,432 @@ fn a_check_by_name_waits_with_block_and_its_replay_reaches_the_replica() {
         &["TOKENBUCKET", "1", "20", "PENALTY", "1s"],
     );
     assert!(error_of(&mut con, &["RL.CHECK", "strict", "s", "BLOCK", "10"]).starts_with("ERR"));
+}
+
+// ---- A key records its policy and version; ON-CHANGE KEEP|SCALE|RESET ----
+
+/// A policy of one tier of `spec`, with `extra` options.
+fn define(con: &mut Connection, name: &str, spec: &Spec, extra: &[&str]) -> i64 {
+    let mut definition = vec![spec.word()];
+    definition.extend(spec.params.iter().cloned());
+    definition.extend(extra.iter().map(|w| w.to_string()));
+    let definition: Vec<&str> = definition.iter().map(String::as_str).collect();
+    set(con, name, &definition)
+}
+
+/// [allowed, limit, remaining] of a check by name.
+fn head(con: &mut Connection, words: &[&str]) -> Vec<i64> {
+    check(con, words)[..3].to_vec()
+}
+
+/// The replica holds exactly the primary's bytes for `keys`.
+fn same_on_replica(con: &mut Connection, rcon: &mut Connection, keys: &[&str], what: &str) {
+    run(con, &["WAIT", "1", "5000"]).unwrap();
+    for key in keys {
+        assert_eq!(dump(rcon, key), dump(con, key), "{what}: {key}");
+        assert_eq!(
+            digest_value(rcon, key),
+            digest_value(con, key),
+            "{what}: {key}"
+        );
+    }
+}
+
+/// Each algorithm: 10 at once (refilled 10 an hour), 4 taken, then the
+/// limit becomes 20 with `strategy`: the key's remaining is what the rule
+/// says, a peek says it before the check, and the replica's bytes are the
+/// primary's after each step.
+fn each_algorithm_migrates(strategy: &str, expected: impl Fn(&Spec) -> i64) {
+    let primary = Server::start(&[]);
+    let replica = Server::start_replica_of(&primary);
+    let mut con = primary.connect();
+    let mut rcon = replica.connect();
+    let old = every_algorithm(10, HOUR_MS);
+    let new = every_algorithm(20, HOUR_MS);
+    for (old, new) in old.iter().zip(&new) {
+        let name = format!("m:{}", old.name);
+        let key = format!("k:{}", old.name);
+        define(&mut con, &name, old, &["ON-CHANGE", strategy]);
+        for _ in 0..4 {
+            assert_eq!(check(&mut con, &["RL.CHECK", &name, &key])[0], 1);
+        }
+        let info = rl_info(&mut con, &key).unwrap();
+        assert_eq!(info_text(&info, "policy"), name);
+        assert_eq!(info_int(&info, "policy_version"), 1);
+        define(&mut con, &name, new, &["ON-CHANGE", strategy]);
+        let before = dump(&mut con, &key);
+        // A peek answers from the migrated state and writes nothing.
+        let peek = head(&mut con, &["RL.CHECK", &name, &key, "PEEK"]);
+        assert_eq!(dump(&mut con, &key), before, "{name}: the peek wrote");
+        let remaining = expected(old);
+        assert_eq!(peek, vec![1, 20, remaining], "{name} {strategy} peek");
+        // A read-only replica answers the peek the same, from a copy.
+        run(&mut con, &["WAIT", "1", "5000"]).unwrap();
+        let replica_before = dump(&mut rcon, &key);
+        assert_eq!(
+            head(&mut rcon, &["RL.CHECK", &name, &key, "PEEK"]),
+            peek,
+            "{name} {strategy}: the replica's peek"
+        );
+        assert_eq!(dump(&mut rcon, &key), replica_before);
+        let taken = head(&mut con, &["RL.CHECK", &name, &key]);
+        assert_eq!(taken, vec![1, 20, remaining - 1], "{name} {strategy}");
+        let info = rl_info(&mut con, &key).unwrap();
+        assert_eq!(info_int(&info, "policy_version"), 2);
+        same_on_replica(&mut con, &mut rcon, &[&key], strategy);
+    }
+}
+
+#[test]
+fn on_change_scale_scales_the_remaining_by_new_over_old_limit() {
+    // 6 of 10 left: 12 of 20.
+    each_algorithm_migrates("SCALE", |_| 12);
+}
+
+#[test]
+fn on_change_reset_gives_a_fresh_state() {
+    each_algorithm_migrates("RESET", |_| 20);
+}
+
+#[test]
+fn on_change_keep_reads_the_state_under_the_new_parameters_as_the_inline_command() {
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    let old = every_algorithm(10, HOUR_MS);
+    let new = every_algorithm(20, HOUR_MS);
+    for (old, new) in old.iter().zip(&new) {
+        let name = format!("keep:{}", old.name);
+        define(&mut con, &name, old, &[]);
+        for _ in 0..4 {
+            check(&mut con, &["RL.CHECK", &name, "a"]);
+            check(&mut con, &old.words("b", &[]));
+        }
+        define(&mut con, &name, new, &[]);
+        let by_name = head(&mut con, &["RL.CHECK", &name, "a"]);
+        let inline = check(&mut con, &new.words("b", &[]))[..3].to_vec();
+        assert_eq!(by_name, inline, "{name}");
+        run(&mut con, &["DEL", "a", "b"]).unwrap();
+    }
+}
+
+/// A token bucket of 10 (4 taken) becomes a fixed window of 20 by each
+/// strategy: the key changes type, its remaining is the rule's, and the
+/// replica holds the same bytes.
+#[test]
+fn a_changed_algorithm_migrates_the_key_by_each_strategy() {
+    let primary = Server::start(&[]);
+    let replica = Server::start_replica_of(&primary);
+    let mut con = primary.connect();
+    let mut rcon = replica.connect();
+    for (strategy, remaining) in [("KEEP", 6), ("SCALE", 12), ("RESET", 20)] {
+        let name = format!("alg:{strategy}");
+        let key = format!("alg:{strategy}:k");
+        set(&mut con, &name, &["TOKENBUCKET", "10", "0.001", "ON-CHANGE", strategy]);
+        for _ in 0..4 {
+            check(&mut con, &["RL.CHECK", &name, &key]);
+        }
+        let type_before = text(&run(&mut con, &["TYPE", &key]).unwrap());
+        set(&mut con, &name, &["FIXEDWINDOW", "20", "1h", "ON-CHANGE", strategy]);
+        assert_eq!(
+            head(&mut con, &["RL.CHECK", &name, &key, "PEEK"]),
+            vec![1, 20, remaining],
+            "{strategy} peek"
+        );
+        assert_eq!(text(&run(&mut con, &["TYPE", &key]).unwrap()), type_before);
+        assert_eq!(
+            head(&mut con, &["RL.CHECK", &name, &key]),
+            vec![1, 20, remaining - 1],
+            "{strategy}"
+        );
+        assert_ne!(text(&run(&mut con, &["TYPE", &key]).unwrap()), type_before);
+        let info = rl_info(&mut con, &key).unwrap();
+        assert_eq!(info_text(&info, "algorithm"), "fixedwindow");
+        same_on_replica(&mut con, &mut rcon, &[&key], strategy);
+    }
+}
+
+#[test]
+fn a_key_of_another_algorithm_not_stamped_by_the_policy_stays_wrongtype() {
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    set(&mut con, "fw", &["FIXEDWINDOW", "20", "1h", "ON-CHANGE", "RESET"]);
+    set(&mut con, "tb", &["TOKENBUCKET", "10", "1", "ON-CHANGE", "RESET"]);
+    check(&mut con, &["RL.TOKENBUCKET", "inline", "10", "1"]);
+    check(&mut con, &["RL.CHECK", "tb", "other"]);
+    run(&mut con, &["SET", "string", "x"]).unwrap();
+    for key in ["inline", "other", "string"] {
+        let before = dump(&mut con, key);
+        assert!(
+            error_of(&mut con, &["RL.CHECK", "fw", key]).starts_with("WRONGTYPE"),
+            "{key}"
+        );
+        assert!(error_of(&mut con, &["RL.CHECK", "fw", key, "PEEK"]).starts_with("WRONGTYPE"));
+        assert_eq!(dump(&mut con, key), before, "{key}");
+    }
+}
+
+/// A new version that leaves a tier's parameters as they were restamps its
+/// key and changes nothing else, whatever the strategy.
+#[test]
+fn a_new_version_with_the_same_parameters_only_restamps() {
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    set(&mut con, "same", &["TOKENBUCKET", "10", "0.001", "ON-CHANGE", "RESET"]);
+    for _ in 0..4 {
+        check(&mut con, &["RL.CHECK", "same", "k"]);
+    }
+    let timeless = |con: &mut Connection| {
+        let mut info = rl_info(con, "k").unwrap();
+        info.remove("ttl_ms");
+        info.remove("reset_after_ms");
+        (info, expiry_time(con, "k"))
+    };
+    let (before, expiry) = timeless(&mut con);
+    // Version 2: a penalty, the tier's parameters as they were.
+    set(
+        &mut con,
+        "same",
+        &["TOKENBUCKET", "10", "0.001", "PENALTY", "1h", "ON-CHANGE", "RESET"],
+    );
+    // A request that can never pass: takes nothing, starts no penalty.
+    assert_eq!(check(&mut con, &["RL.CHECK", "same", "k", "COST", "11"])[0], 0);
+    let (mut after, expiry_after) = timeless(&mut con);
+    assert_eq!(info_int(&after, "policy_version"), 2);
+    after.insert("policy_version".into(), before["policy_version"].clone());
+    assert_eq!((after, expiry_after), (before, expiry));
+    assert_eq!(head(&mut con, &["RL.CHECK", "same", "k", "PEEK"]), vec![1, 10, 6]);
+}
+
+/// RESET drops a penalty (a customer moved to a new plan is unblocked),
+/// and a rollback is a change like any other: reset again.
+#[test]
+fn a_reset_drops_the_penalty_and_a_rollback_resets_again() {
+    let primary = Server::start(&[]);
+    let replica = Server::start_replica_of(&primary);
+    let mut con = primary.connect();
+    let mut rcon = replica.connect();
+    set(
+        &mut con,
+        "plan",
+        &["TOKENBUCKET", "2", "0.001", "PENALTY", "1h", "ON-CHANGE", "RESET"],
+    );
+    check(&mut con, &["RL.CHECK", "plan", "c"]);
+    check(&mut con, &["RL.CHECK", "plan", "c"]);
+    assert_eq!(check(&mut con, &["RL.CHECK", "plan", "c"])[0], 0);
+    assert!(check(&mut con, &["RL.CHECK", "plan", "c", "PEEK"])[3] > 3_000_000);
+    set(
+        &mut con,
+        "plan",
+        &["TOKENBUCKET", "3", "0.001", "PENALTY", "1h", "ON-CHANGE", "RESET"],
+    );
+    assert_eq!(head(&mut con, &["RL.CHECK", "plan", "c"]), vec![1, 3, 2]);
+    assert!(!rl_info(&mut con, "c").unwrap().contains_key("penalty_until_ms"));
+    same_on_replica(&mut con, &mut rcon, &["c"], "reset");
+    // Back to version 1's definition, as version 3: reset to 2 tokens.
+    assert_eq!(int(&run(&mut con, &["RL.POLICY", "ROLLBACK", "plan", "1"]).unwrap()), 3);
+    assert_eq!(head(&mut con, &["RL.CHECK", "plan", "c"]), vec![1, 2, 1]);
+    assert_eq!(info_int(&rl_info(&mut con, "c").unwrap(), "policy_version"), 3);
+    same_on_replica(&mut con, &mut rcon, &["c"], "rollback");
+}
+
+/// Two tiers: a change of one migrates its key only; the other is
+/// restamped; both reach the replica; a migration is written even when the
+/// request is denied.
+#[test]
+fn a_tier_migrates_on_its_own_and_even_on_a_denial() {
+    let primary = Server::start(&[]);
+    let replica = Server::start_replica_of(&primary);
+    let mut con = primary.connect();
+    let mut rcon = replica.connect();
+    set(
+        &mut con,
+        "two",
+        &["TOKENBUCKET", "10", "0.001", "FIXEDWINDOW", "4", "1h", "ON-CHANGE", "SCALE"],
+    );
+    let allowed = |con: &mut Connection| int(&items(&run(con, &["RL.CHECK", "two", "t1", "t2"]).unwrap())[0]);
+    for _ in 0..4 {
+        assert_eq!(allowed(&mut con), 1);
+    }
+    set(
+        &mut con,
+        "two",
+        &["TOKENBUCKET", "20", "0.001", "FIXEDWINDOW", "4", "1h", "ON-CHANGE", "SCALE"],
+    );
+    // Denied by the window (4 of 4 used); the bucket's key is scaled anyway.
+    assert_eq!(allowed(&mut con), 0);
+    let tb = rl_info(&mut con, "t1").unwrap();
+    assert_eq!(info_int(&tb, "policy_version"), 2);
+    assert_eq!(
+        check(&mut con, &["RL.TOKENBUCKET", "t1", "20", "0.001", "PEEK"])[2],
+        12
+    );
+    assert_eq!(info_int(&rl_info(&mut con, "t2").unwrap(), "policy_version"), 2);
+    same_on_replica(&mut con, &mut rcon, &["t1", "t2"], "two tiers");
+}
+
+/// Stamps and migrations survive DEBUG RELOAD, a restart from RDB, and an
+/// AOF replay (with and without an RDB preamble), byte for byte.
+#[test]
+fn stamps_and_migrations_survive_rdb_and_aof() {
+    for preamble in ["yes", "no"] {
+        let mut server = Server::start(&[
+            "--appendonly",
+            "yes",
+            "--aof-use-rdb-preamble",
+            preamble,
+            "--appendfsync",
+            "always",
+        ]);
+        let mut con = server.connect();
+        set(&mut con, "p", &["TOKENBUCKET", "10", "0.001", "ON-CHANGE", "SCALE"]);
+        for _ in 0..4 {
+            check(&mut con, &["RL.CHECK", "p", "k"]);
+        }
+        set(&mut con, "p", &["GCRA", "19", "20", "1h", "ON-CHANGE", "SCALE"]);
+        check(&mut con, &["RL.CHECK", "p", "k"]);
+        let state = dump(&mut con, "k");
+        let info = rl_info(&mut con, "k").unwrap();
+        run(&mut con, &["DEBUG", "LOADAOF"]).unwrap();
+        assert_eq!(dump(&mut con, "k"), state, "LOADAOF, preamble {preamble}");
+        rewrite_aof(&mut con);
+        run(&mut con, &["DEBUG", "RELOAD"]).unwrap();
+        assert_eq!(dump(&mut con, "k"), state);
+        drop(con);
+        server.shutdown_nosave();
+        server.launch();
+        let mut con = server.connect();
+        assert_eq!(dump(&mut con, "k"), state, "restart, preamble {preamble}");
+        let mut again = rl_info(&mut con, "k").unwrap();
+        again.insert("ttl_ms".into(), info["ttl_ms"].clone());
+        assert_eq!(info_text(&again, "policy"), "p");
+        assert_eq!(info_int(&again, "policy_version"), 2);
+    }
+}
+
+/// A penalized state as the module wrote it before stamps (tag 0x50, the
+/// algorithm's tag, the penalty's end, the state's body: built here byte
+/// by byte) loads (`RL.SETSTATE`, what an RDB file or AOF rewrite of main
+/// carries), carries no stamp, and a check by name stamps it, its penalty
+/// kept; the stamped encoding starts with 0x51.
+#[test]
+fn a_penalized_state_written_before_stamps_loads_and_is_stamped_by_a_check() {
+    use redis_ratelimit::algorithms::token_bucket::{TokenBucket, TokenBucketParams};
+    use redis_ratelimit::algorithms::{Algorithm, Mode, Registered, State};
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    set(&mut con, "p", &["TOKENBUCKET", "2", "0.001", "PENALTY", "1h"]);
+    let now = server_time_ms(&mut con);
+    let params = TokenBucketParams {
+        capacity: 2,
+        rate_per_s: 0.001,
+    };
+    let (_, state) = TokenBucket::check_with(None, params, now, 2, Mode::Take);
+    let until = now + 3_600_000;
+    let mut bytes = vec![0x50, TokenBucket::TAG];
+    bytes.extend_from_slice(&until.to_le_bytes());
+    state.unwrap().encode_body(&mut bytes);
+    redis::cmd("RL.SETSTATE")
+        .arg("k")
+        .arg(&bytes)
+        .query::<()>(&mut con)
+        .unwrap();
+    let old = rl_info(&mut con, "k").unwrap();
+    assert_eq!(info_int(&old, "penalty_until_ms"), until);
+    assert!(!old.contains_key("policy"));
+    assert_eq!(check(&mut con, &["RL.CHECK", "p", "k"])[0], 0, "the penalty holds");
+    let info = rl_info(&mut con, "k").unwrap();
+    assert_eq!(info_text(&info, "policy"), "p");
+    assert_eq!(info_int(&info, "policy_version"), 1);
+    assert_eq!(info_int(&info, "penalty_until_ms"), until);
+    let stamped = dump(&mut con, "k").unwrap();
+    assert!(stamped.windows(2).any(|w| w == [0x51, TokenBucket::TAG]));
+}
+
+/// `keys=` of a policy's `INFO ratelimit` line.
+fn policy_keys(con: &mut Connection, name: &str) -> i64 {
+    let line = info_field(con, "ratelimit", &format!("ratelimit_policy_{name}"));
+    let keys = line.rsplit("keys=").next().unwrap_or_default();
+    keys.parse()
+        .unwrap_or_else(|_| panic!("no keys count in {line:?}"))
+}
+
+fn eventually_keys(con: &mut Connection, name: &str, n: i64, what: &str) {
+    wait_for(what, Duration::from_secs(10), || policy_keys(con, name) == n);
+}
+
+/// Each policy counts the keys holding its stamp, without SCAN: up with
+/// each check on a new key, COPY, RESTORE; down with DEL, UNLINK, an
+/// overwrite, expiry, FLUSHALL (sync and async); moved by a restamp to
+/// another policy; the same after DEBUG RELOAD, a restart from RDB, and on
+/// a replica after its full sync.
+#[test]
+fn each_policy_counts_its_keys_without_scan() {
+    let mut server = Server::start(&[]);
+    let mut con = server.connect();
+    set(&mut con, "p", &["TOKENBUCKET", "10", "0.001"]);
+    set(&mut con, "q", &["TOKENBUCKET", "5", "0.001"]);
+    assert_eq!(policy_keys(&mut con, "p"), 0);
+    for i in 0..10 {
+        check(&mut con, &["RL.CHECK", "p", &format!("k{i}")]);
+    }
+    // A new key is stored stamped, with its expiry as the inline command's
+    // key of the same state has it.
+    check(&mut con, &["RL.TOKENBUCKET", "twin", "10", "0.001"]);
+    let (made, twin) = (expiry_time(&mut con, "k9"), expiry_time(&mut con, "twin"));
+    assert!(made > 0 && (made - twin).abs() < 1_000, "{made} {twin}");
+    run(&mut con, &["DEL", "twin"]).unwrap();
+    // A peek and an inline check stamp nothing.
+    check(&mut con, &["RL.CHECK", "p", "peeked", "PEEK"]);
+    check(&mut con, &["RL.TOKENBUCKET", "inline", "10", "0.001"]);
+    assert_eq!(policy_keys(&mut con, "p"), 10);
+    run(&mut con, &["DEL", "k0"]).unwrap();
+    run(&mut con, &["UNLINK", "k1"]).unwrap();
+    run(&mut con, &["SET", "k2", "x"]).unwrap();
+    assert_eq!(policy_keys(&mut con, "p"), 7);
+    run(&mut con, &["PEXPIRE", "k3", "1"]).unwrap();
+    wait_for("k3 expires", Duration::from_secs(5), || !exists(&mut con, "k3"));
+    assert_eq!(policy_keys(&mut con, "p"), 6);
+    run(&mut con, &["COPY", "k4", "c4"]).unwrap();
+    let payload = redis::cmd("DUMP").arg("k5").query::<Vec<u8>>(&mut con).unwrap();
+    redis::cmd("RESTORE")
+        .arg("r5")
+        .arg(0)
+        .arg(payload)
+        .query::<()>(&mut con)
+        .unwrap();
+    assert_eq!(policy_keys(&mut con, "p"), 8);
+    // The copy and the restored key carry the stamp (the one encoding).
+    for key in ["c4", "r5"] {
+        let info = rl_info(&mut con, key).unwrap();
+        assert_eq!((info_text(&info, "policy"), info_int(&info, "policy_version")), ("p".into(), 1));
+    }
+    assert_eq!(dump(&mut con, "c4"), dump(&mut con, "k4"));
+    // The inline key, checked by name, is stamped; a key of p checked by
+    // q moves to q.
+    check(&mut con, &["RL.CHECK", "p", "inline"]);
+    check(&mut con, &["RL.CHECK", "q", "k6"]);
+    assert_eq!((policy_keys(&mut con, "p"), policy_keys(&mut con, "q")), (8, 1));
+    run(&mut con, &["DEBUG", "RELOAD"]).unwrap();
+    assert_eq!((policy_keys(&mut con, "p"), policy_keys(&mut con, "q")), (8, 1));
+    run(&mut con, &["SAVE"]).unwrap();
+    drop(con);
+    server.shutdown_nosave();
+    server.launch();
+    let mut con = server.connect();
+    assert_eq!((policy_keys(&mut con, "p"), policy_keys(&mut con, "q")), (8, 1));
+    let replica = Server::start_replica_of(&server);
+    let mut rcon = replica.connect();
+    run(&mut con, &["WAIT", "1", "5000"]).unwrap();
+    eventually_keys(&mut rcon, "p", 8, "the replica's count");
+    assert_eq!(policy_keys(&mut rcon, "q"), 1);
+    run(&mut con, &["FLUSHALL", "ASYNC"]).unwrap();
+    eventually_keys(&mut con, "p", 0, "FLUSHALL ASYNC frees");
+    eventually_keys(&mut rcon, "p", 0, "the replica's FLUSHALL");
+    assert_eq!(policy_keys(&mut con, "q"), 0);
+    for i in 0..3 {
+        check(&mut con, &["RL.CHECK", "p", &format!("k{i}")]);
+    }
+    assert_eq!(policy_keys(&mut con, "p"), 3);
+    run(&mut con, &["FLUSHALL"]).unwrap();
+    assert_eq!(policy_keys(&mut con, "p"), 0);
 }

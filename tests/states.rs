@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use common::*;
 use redis_ratelimit::algorithms::concurrency::{LeaseParams, Leases, MAX_SWEPT};
-use redis_ratelimit::algorithms::penalty::{Penalizable, Penalized};
+use redis_ratelimit::algorithms::penalty::{Penalizable, Penalized, Stamp};
 use redis_ratelimit::algorithms::token_bucket::{TokenBucket, TokenBucketParams};
 use redis_ratelimit::algorithms::{Algorithm, Mode, State, MAX_AMOUNT, MAX_TIMESTAMP_MS};
 use redis_ratelimit::encoding::MAX_AHEAD_MS;
@@ -272,6 +272,7 @@ fn a_penalty_ending_far_in_the_future_is_refused_and_one_near_is_copied() {
     ] {
         let state = Penalized {
             until_ms,
+            stamp: Stamp::NONE,
             state: empty_bucket(10, 1.0, now),
         };
         let reply = set_state(&mut p, key, &encoded(&state));
@@ -411,6 +412,7 @@ fn random_state<A: Penalizable>(rng: &mut Rng, now_ms: i64) -> Vec<u8> {
     let bytes = if rng.one_in(4) {
         encoded(&Penalized {
             until_ms: random_time(rng, now_ms).max(1),
+            stamp: Stamp::NONE,
             state,
         })
     } else {

@@ -19,7 +19,7 @@ use common::{
 };
 use libfuzzer_sys::arbitrary::Unstructured;
 use libfuzzer_sys::fuzz_target;
-use redis_ratelimit::algorithms::penalty::{self, Penalized, PENALTY_TAG};
+use redis_ratelimit::algorithms::penalty::{self, Penalized, PENALTY_TAG, STAMPED_TAG};
 use redis_ratelimit::algorithms::{Mode, State, MAX_TIMESTAMP_MS};
 use redis_ratelimit::encoding::Horizon;
 
@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
     let (state, rest) = split_state(data);
     match *state {
         // A penalized state: the algorithm's tag follows the penalty's.
-        [PENALTY_TAG, tag, ..] => {
+        [PENALTY_TAG | STAMPED_TAG, tag, ..] => {
             on_tag(tag, DecodedPenalized { state, rest });
         }
         [tag, ..] => {
@@ -126,6 +126,7 @@ impl Visitor for DecodedPenalized<'_> {
         let Penalized {
             mut until_ms,
             mut state,
+            ..
         } = decoded;
         let params = state.params();
         let profile = profile::<A>(params);

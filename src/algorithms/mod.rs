@@ -15,6 +15,7 @@ pub mod expiry;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
+pub mod migration;
 mod lease_ends;
 pub mod partial;
 pub mod penalty;
@@ -149,6 +150,13 @@ pub trait State: Registered + Clone + Sized {
     /// deleted it (and any value of 0).
     fn free_effort(&self) -> usize {
         1
+    }
+
+    /// The name hash of the named policy whose stamp this state carries
+    /// (`penalty::Stamp`); 0 for none: what `INFO ratelimit` counts a
+    /// policy's keys by.
+    fn policy_hash(&self) -> u64 {
+        0
     }
 
     /// The parameters as last used, then the state as stored, as named

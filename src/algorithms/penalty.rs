@@ -8,21 +8,71 @@
 //! that the keys that never had a penalty pay not one byte for the feature.
 //! A key keeps its penalized form once its penalty is over (a past end
 //! changes nothing), until it expires.
+//!
+//! The penalized form is the algorithm's *extended* form: beside the
+//! penalty's end it carries the [`Stamp`] of the named policy the key was
+//! decided under (`RL.CHECK`), if any. Every key a policy checks holds this
+//! form (with a penalty end of 0 when it never had a penalty); keys that
+//! never had a penalty or a policy keep the plain form, not a byte more.
 
 use super::{Algorithm, Decision, Field, Mode, Registered, State, MAX_TIMESTAMP_MS};
-use crate::encoding::{ensure, put_i64, DecodeError, Reader};
+use crate::encoding::{ensure, put_i64, put_u64, DecodeError, Horizon, Reader};
 
 /// The tag that starts a penalized state's encoding; the algorithm's own tag
 /// follows it (see [`Penalized`]'s encoding). Above every registry tag
 /// (checked at compile time in `registry::check`).
 pub const PENALTY_TAG: u8 = 0x50;
 
+/// The tag of an extended state that carries a policy's [`Stamp`]: the
+/// same layout as [`PENALTY_TAG`]'s with the stamp after the penalty's end.
+/// A state with no stamp is still written with [`PENALTY_TAG`], byte for
+/// byte as before stamps existed, so files written either way load.
+pub const STAMPED_TAG: u8 = 0x51;
+
+/// The named policy a key was decided under: the FNV-1a-64 hash of the
+/// policy's name and the policy's version. All zero: no policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Stamp {
+    pub policy: u64,
+    pub version: u64,
+}
+
+impl Stamp {
+    /// No policy.
+    pub const NONE: Stamp = Stamp {
+        policy: 0,
+        version: 0,
+    };
+
+    /// The stamp of `version` of the policy named `name`.
+    pub fn of(name: &[u8], version: u64) -> Stamp {
+        Stamp {
+            policy: name_hash(name),
+            version,
+        }
+    }
+
+    pub fn is_none(self) -> bool {
+        self == Stamp::NONE
+    }
+}
+
+/// FNV-1a-64 of a policy's name, never 0 (0 is no policy).
+pub fn name_hash(name: &[u8]) -> u64 {
+    let hash = name.iter().fold(0xcbf2_9ce4_8422_2325_u64, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    hash.max(1)
+}
+
 /// An algorithm's state with the end of its key's latest penalty.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Penalized<A> {
     /// When the penalty ends (Unix ms); requests from then on are decided
-    /// by the algorithm again.
+    /// by the algorithm again. 0 for a stamped key that never had one.
     pub until_ms: i64,
+    /// The policy the key was decided under ([`Stamp::NONE`]: none).
+    pub stamp: Stamp,
     pub state: A,
 }
 
@@ -72,8 +122,12 @@ pub fn in_force(until_ms: i64, now_ms: i64) -> Option<i64> {
 }
 
 /// Layout: [`PENALTY_TAG`], the algorithm's tag, the penalty's end (i64),
-/// then the algorithm's own body. The algorithm's tag right after the
-/// penalty's lets a reader pick the type from the first two bytes.
+/// then the algorithm's own body; or, for a stamped state, [`STAMPED_TAG`],
+/// the algorithm's tag, the penalty's end (i64, 0 allowed), the stamp's
+/// policy hash and version (u64 each, not both 0), then the body. The
+/// algorithm's tag right after the first lets a reader pick the type from
+/// the first two bytes. [`State::decode_body`] reads the unstamped layout
+/// after its tag (what `encode_body` writes for a state without a stamp).
 impl<A: Penalizable> State for Penalized<A> {
     fn fresh_at_ms(&self) -> i64 {
         self.state.fresh_at_ms().max(self.until_ms)
@@ -87,28 +141,91 @@ impl<A: Penalizable> State for Penalized<A> {
         self.state.free_effort()
     }
 
+    fn policy_hash(&self) -> u64 {
+        self.stamp.policy
+    }
+
     fn describe(&self, now_ms: i64) -> Vec<(&'static str, Field)> {
         let mut fields = self.state.describe(now_ms);
-        fields.push(("penalty_until_ms", Field::Int(self.until_ms)));
+        if self.until_ms > 0 {
+            fields.push(("penalty_until_ms", Field::Int(self.until_ms)));
+        }
+        if !self.stamp.is_none() {
+            // The hash in hex: the Redis layer shows the policy's name
+            // instead when the server holds it.
+            let hash = format!("{:016x}", self.stamp.policy).into_bytes();
+            fields.push(("policy", Field::Text(hash)));
+            fields.push((
+                "policy_version",
+                Field::Int(i64::try_from(self.stamp.version).unwrap_or(i64::MAX)),
+            ));
+        }
         fields
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.push(if self.stamp.is_none() {
+            PENALTY_TAG
+        } else {
+            STAMPED_TAG
+        });
+        self.encode_body(out);
     }
 
     fn encode_body(&self, out: &mut Vec<u8>) {
         out.push(A::TAG);
         put_i64(out, self.until_ms);
+        if !self.stamp.is_none() {
+            put_u64(out, self.stamp.policy);
+            put_u64(out, self.stamp.version);
+        }
         self.state.encode_body(out);
     }
 
     fn decode_body(input: &mut Reader<'_>) -> Result<Self, DecodeError> {
-        ensure(
-            input.u8()? == A::TAG,
-            "penalty holds a state of another algorithm",
-        )?;
-        let until_ms = input.timestamp("penalty end out of range")?;
-        ensure(until_ms >= 1, "penalty end out of range")?;
-        let state = A::decode_body(input)?;
-        Ok(Self { until_ms, state })
+        decode_extended(input, false)
     }
+
+    fn decode(bytes: &[u8], horizon: Horizon) -> Result<Self, DecodeError> {
+        let mut input = Reader::within(bytes, horizon);
+        let stamped = match input.u8()? {
+            PENALTY_TAG => false,
+            STAMPED_TAG => true,
+            _ => return Err(DecodeError("state is of another algorithm")),
+        };
+        let state = decode_extended(&mut input, stamped)?;
+        input.finish()?;
+        Ok(state)
+    }
+}
+
+/// An extended state's body, after its first tag: stamped or not.
+fn decode_extended<A: Penalizable>(
+    input: &mut Reader<'_>,
+    stamped: bool,
+) -> Result<Penalized<A>, DecodeError> {
+    ensure(
+        input.u8()? == A::TAG,
+        "penalty holds a state of another algorithm",
+    )?;
+    let until_ms = input.timestamp("penalty end out of range")?;
+    let stamp = if stamped {
+        let stamp = Stamp {
+            policy: input.u64()?,
+            version: input.u64()?,
+        };
+        ensure(!stamp.is_none(), "stamp out of range")?;
+        stamp
+    } else {
+        ensure(until_ms >= 1, "penalty end out of range")?;
+        Stamp::NONE
+    };
+    let state = A::decode_body(input)?;
+    Ok(Penalized {
+        until_ms,
+        stamp,
+        state,
+    })
 }
 
 /// When a penalty of `penalty_ms` that starts at `now_ms` ends.
@@ -262,6 +379,7 @@ mod tests {
         };
         let penalized = Penalized {
             until_ms: 90_000,
+            stamp: Stamp::NONE,
             state: TokenBucket::fresh(params, 1_000),
         };
         let body = encode_body(&penalized);
@@ -286,6 +404,45 @@ mod tests {
             );
         }
         assert!(decode_body::<Penalized<TokenBucket>>(&body[..body.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn a_stamped_state_round_trips_and_an_unstamped_one_keeps_the_old_bytes() {
+        let params = TokenBucketParams {
+            capacity: 5,
+            rate_per_s: 1.0,
+        };
+        let state = TokenBucket::fresh(params, 1_000);
+        // The bytes main writes for a penalized state, built by hand: 0x50,
+        // the algorithm's tag, the penalty's end, the algorithm's body.
+        let mut old = vec![PENALTY_TAG, TokenBucket::TAG];
+        old.extend_from_slice(&90_000_i64.to_le_bytes());
+        state.encode_body(&mut old);
+        let loaded = Penalized::<TokenBucket>::decode(&old, Horizon::NONE).unwrap();
+        assert_eq!(loaded.stamp, Stamp::NONE);
+        assert_eq!(encode(&loaded), old, "an unstamped state is written as before");
+        // Stamped: 0x51, the stamp after the penalty's end (0: none had).
+        let stamped = Penalized {
+            until_ms: 0,
+            stamp: Stamp::of(b"plan:free", 3),
+            state,
+        };
+        let bytes = encode(&stamped);
+        assert_eq!(&bytes[..2], &[STAMPED_TAG, TokenBucket::TAG]);
+        assert_eq!(bytes.len(), old.len() + 16);
+        assert_eq!(
+            Penalized::<TokenBucket>::decode(&bytes, Horizon::NONE),
+            Ok(stamped.clone())
+        );
+        // What this code could not have written is refused: a zero stamp
+        // under the stamped tag, a zero end under the old one.
+        let mut zero = bytes.clone();
+        zero[10..26].fill(0);
+        assert!(Penalized::<TokenBucket>::decode(&zero, Horizon::NONE).is_err());
+        let mut no_end = old.clone();
+        no_end[2..10].fill(0);
+        assert!(Penalized::<TokenBucket>::decode(&no_end, Horizon::NONE).is_err());
+        assert_ne!(name_hash(b"plan:free"), 0);
     }
 
     /// A key of a bucket of 2 tokens and 1 token/s, with its penalty.

@@ -1,5 +1,5 @@
 //! Named policies' grammar: `RL.POLICY SET name <tier> [<tier> ...]
-//! [PENALTY duration] [SHADOW] [ON-CHANGE KEEP] [DRYRUN]`, a
+//! [PENALTY duration] [SHADOW] [ON-CHANGE KEEP|SCALE|RESET] [DRYRUN]`, a
 //! policy's name, and `RL.CHECK`'s words after the policy's name. A tier is
 //! written as `RL.ALL` takes a spec (`super::all`), read by the same code,
 //! so a policy refuses exactly what `RL.ALL` refuses, in the same words.
@@ -17,27 +17,7 @@ pub const MAX_NAME_BYTES: usize = 128;
 /// The most tiers a policy may hold (each is a key of every check).
 pub const MAX_TIERS: usize = 16;
 
-/// What a key decided under an older version of a policy becomes on its
-/// next check. Only `KEEP` is offered: the state as it stands, read under
-/// the new parameters (clamped to the new limit), what an inline command
-/// does when its parameters change. It is the right default (a reset on
-/// every change would hand out a full quota each time), and the others
-/// (`SCALE`: the remaining quota scaled by new / old limit; `RESET`: a
-/// fresh state) need each key to record the policy version it was decided
-/// under, which states do not record yet: they are refused, not ignored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnChange {
-    #[default]
-    Keep,
-}
-
-impl OnChange {
-    pub fn word(self) -> &'static str {
-        match self {
-            OnChange::Keep => "KEEP",
-        }
-    }
-}
+pub use crate::algorithms::migration::OnChange;
 
 /// A policy's definition: its tiers and the options that go with them.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,7 +48,11 @@ impl Definition {
         if self.shadow {
             out.push(b"SHADOW".to_vec());
         }
-        // ON-CHANGE KEEP, the only strategy, is the default: not written.
+        // ON-CHANGE KEEP is the default: not written.
+        if self.on_change != OnChange::Keep {
+            out.push(b"ON-CHANGE".to_vec());
+            out.push(self.on_change.word().as_bytes().to_vec());
+        }
         out
     }
 }
@@ -151,13 +135,12 @@ pub fn definition(words: &[&[u8]]) -> Result<(Definition, bool), CommandError> {
 fn on_change_word(word: &[u8]) -> Result<OnChange, CommandError> {
     if word.eq_ignore_ascii_case(b"KEEP") {
         Ok(OnChange::Keep)
-    } else if word.eq_ignore_ascii_case(b"SCALE") || word.eq_ignore_ascii_case(b"RESET") {
-        Err(CommandError::syntax(&format!(
-            "ON-CHANGE {} is not offered yet (keys do not record a policy version): KEEP only",
-            shown(&word.to_ascii_uppercase())
-        )))
+    } else if word.eq_ignore_ascii_case(b"SCALE") {
+        Ok(OnChange::Scale)
+    } else if word.eq_ignore_ascii_case(b"RESET") {
+        Ok(OnChange::Reset)
     } else {
-        Err(CommandError::must_be("ON-CHANGE", "KEEP"))
+        Err(CommandError::must_be("ON-CHANGE", "KEEP, SCALE or RESET"))
     }
 }
 
@@ -262,8 +245,7 @@ mod tests {
             (&["TOKENBUCKET", "0", "1"], "ERR capacity must be a whole number from 1 to 2^53-1"),
             (&["TOKENBUCKET", "1"], "ERR syntax error: TOKENBUCKET needs 2 parameters"),
             (&["TOKENBUCKET", "1", "1", "COST", "2"], "ERR syntax error: COST is a request's option, not a policy's: give it to RL.CHECK"),
-            (&["TOKENBUCKET", "1", "1", "ON-CHANGE", "MAYBE"], "ERR ON-CHANGE must be KEEP"),
-            (&["TOKENBUCKET", "1", "1", "ON-CHANGE", "RESET"], "ERR syntax error: ON-CHANGE RESET is not offered yet (keys do not record a policy version): KEEP only"),
+            (&["TOKENBUCKET", "1", "1", "ON-CHANGE", "MAYBE"], "ERR ON-CHANGE must be KEEP, SCALE or RESET"),
             (&["TOKENBUCKET", "1", "1", "FOO"], "ERR syntax error: unknown option 'FOO'"),
         ];
         for (words, expected) in cases {

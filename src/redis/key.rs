@@ -12,11 +12,13 @@
 
 use std::marker::PhantomData;
 
-use super::ffi::key::{Holds, OpenKey};
+pub use super::ffi::key::Holds;
+use super::ffi::key::OpenKey;
 use super::ffi::types::TypedValue;
 use super::ffi::{Ctx, KeyName};
 use super::types::{PenalizedStored, Stored};
 use crate::algorithms::expiry::{expiry_at, next_expiry};
+use crate::algorithms::penalty::Stamp;
 use crate::algorithms::Algorithm;
 use crate::error::CommandError;
 
@@ -96,6 +98,12 @@ impl<'a> Key<'a, Read> {
 }
 
 impl<M, R: RawKey> Key<'_, M, R> {
+    /// What the key is made of, to open again as another [`Key`] (see
+    /// `super::engine::store::Store::keep_open`).
+    pub(crate) fn into_raw(self) -> R {
+        self.key
+    }
+
     /// A key of `raw`, which the caller opened as `M` says.
     pub(crate) fn made_of(raw: R) -> Self {
         Self {
@@ -130,6 +138,12 @@ impl<M, R: RawKey> Key<'_, M, R> {
             }
             Holds::Other => return Err(CommandError::wrong_type()),
         })
+    }
+
+    /// What the key holds of `A`: nothing, its plain form, its extended
+    /// (penalized, stamped) form, or anything else.
+    pub fn holds_form<A: PenalizedStored>(&self) -> Holds<&A, &A::Penalized> {
+        self.key.holds::<A, A::Penalized>()
     }
 
     /// Whether the key holds nothing.
@@ -219,6 +233,31 @@ impl<R: RawKey> Key<'_, Write, R> {
         }
     }
 
+    /// Stamps the key, which holds `A`'s algorithm, with `stamp`: in place
+    /// in an extended state; a plain state takes its extended form (no
+    /// penalty), keeping the key's expiry.
+    pub fn stamp<A: PenalizedStored + Algorithm>(
+        &mut self,
+        stamp: Stamp,
+        now_ms: i64,
+    ) -> Result<(), CommandError> {
+        match self.key.holds_mut::<A, A::Penalized>() {
+            Holds::Sibling(extended) => {
+                let own = A::stamp_mut(extended);
+                crate::policies::move_key(own.policy, stamp.policy);
+                *own = stamp;
+                Ok(())
+            }
+            Holds::This(slot) => {
+                let fresh = A::fresh(slot.params(), now_ms);
+                let state = std::mem::replace(slot, fresh);
+                self.replace(A::extended(0, stamp, state))
+            }
+            Holds::Nothing => Err(CommandError::invalid_state("no state to stamp")),
+            Holds::Other => Err(CommandError::wrong_type()),
+        }
+    }
+
     /// Sets `value` in place of the key's value of another type, keeping
     /// the key's expiry (setting a value deletes the key first).
     fn replace<T: Stored>(&mut self, value: T) -> Result<(), CommandError> {
@@ -258,8 +297,31 @@ impl<R: RawKey> Key<'_, Write, R> {
     /// else).
     pub fn put<A: Stored>(&mut self, state: A) -> Result<(), CommandError> {
         match self.key.holds_mut::<A, A::Sibling>() {
-            Holds::This(slot) => *slot = state,
+            Holds::This(slot) => {
+                crate::policies::move_key(slot.policy_hash(), state.policy_hash());
+                *slot = state;
+            }
             Holds::Sibling(_) => self.replace(state)?,
+            Holds::Nothing => self.set(state)?,
+            Holds::Other => return Err(CommandError::wrong_type()),
+        }
+        Ok(())
+    }
+
+    /// [`Key::put`] of a state a check decided: into the key's stamped
+    /// extended form when it holds one (its penalty's end and policy stamp
+    /// stay; see `Stored::into_sibling`).
+    pub fn put_decided<A: Stored>(&mut self, state: A) -> Result<(), CommandError> {
+        match self.key.holds_mut::<A, A::Sibling>() {
+            Holds::This(slot) => {
+                crate::policies::move_key(slot.policy_hash(), state.policy_hash());
+                *slot = state;
+            }
+            Holds::Sibling(sibling) => {
+                if let Err(state) = state.into_sibling(sibling) {
+                    self.replace(state)?;
+                }
+            }
             Holds::Nothing => self.set(state)?,
             Holds::Other => return Err(CommandError::wrong_type()),
         }

@@ -10,6 +10,8 @@ use super::stats::{self, Counted, Counter};
 use crate::algorithms::Mode;
 use crate::error::CommandError;
 use crate::parse::{self, AcquireArgs, AllArgs, CheckOptions, Tier};
+use crate::algorithms::penalty::Stamp;
+use crate::parse::policy::OnChange;
 use crate::policies::Counters;
 use crate::redis_cell::ClThrottleArgs;
 use crate::replay::Command;
@@ -35,6 +37,11 @@ pub enum Request {
     Policy {
         request: Box<Request>,
         counters: Arc<Counters>,
+        /// What the keys it decides are stamped with ([`Stamp::NONE`]: a
+        /// replay written before stamps, which stamps nothing).
+        stamp: Stamp,
+        /// How a key stamped with an older version migrates.
+        on_change: OnChange,
     },
 }
 

@@ -189,7 +189,8 @@ pub fn info_fields(add: &mut dyn FnMut(&'static CStr, u64)) {
 
 /// The policies' lines of `INFO ratelimit`: how many, their digest (equal
 /// on nodes holding the same policies: alert when nodes disagree), and per
-/// policy a line `policy_<name>:checks=..,allowed=..,denied=..,shadow_denied=..`
+/// policy a line `policy_<name>:checks=..,allowed=..,denied=..,shadow_denied=..,keys=..`
+/// (`keys`: how many keys hold a state stamped with the policy)
 /// (a name's characters other than letters, digits, `-`, `.` and `_` shown
 /// as `_`, so the line parses as every INFO line does).
 pub fn policy_lines(text: &mut Text<'_>, dict: &mut Dict<'_>) {
@@ -215,6 +216,10 @@ pub fn policy_lines(text: &mut Text<'_>, dict: &mut Dict<'_>) {
                 (c"allowed", c.allowed.load(Relaxed)),
                 (c"denied", c.denied.load(Relaxed)),
                 (c"shadow_denied", c.shadow_denied.load(Relaxed)),
+                (
+                    c"keys",
+                    u64::try_from(crate::policies::keys_of(name)).unwrap_or(0),
+                ),
             ],
         );
     }

@@ -10,7 +10,7 @@ use redis_module::native_types::RedisType;
 use super::ffi::types::{value_type, TypedValue};
 
 pub use super::ffi::types::horizon;
-use crate::algorithms::penalty::{self, Penalized, PENALTY_TAG};
+use crate::algorithms::penalty::{self, Penalized, Stamp, PENALTY_TAG, STAMPED_TAG};
 use crate::algorithms::{Algorithm, Decision, Mode, Registered};
 
 /// A value stored in Redis: its type, and how it looks now (RL.INFO).
@@ -23,6 +23,15 @@ pub trait Stored: TypedValue {
 
     /// What a request of 1 would be told at `now_ms`, changing nothing.
     fn peek(&self, now_ms: i64) -> Decision;
+
+    /// Puts `self` into the key's value of the other form in place, when
+    /// that keeps what the key must keep: an algorithm's state put into a
+    /// key holding its stamped extended form goes inside it (its penalty's
+    /// end and policy stamp stay). Otherwise gives `self` back, and the
+    /// caller replaces the value.
+    fn into_sibling(self, _sibling: &mut Self::Sibling) -> Result<(), Self> {
+        Err(self)
+    }
 }
 
 /// An algorithm's state, whose key may carry a penalty: its penalized form
@@ -39,6 +48,16 @@ pub trait PenalizedStored: Stored {
 
     /// The state, penalized until `until_ms`.
     fn penalized(until_ms: i64, state: Self) -> Self::Penalized;
+
+    /// The extended form: the state, its penalty's end (0: none) and its
+    /// policy stamp.
+    fn extended(until_ms: i64, stamp: Stamp, state: Self) -> Self::Penalized;
+
+    /// The policy stamp of an extended state.
+    fn stamp_of(extended: &Self::Penalized) -> Stamp;
+
+    /// [`PenalizedStored::stamp_of`], to change in place.
+    fn stamp_mut(extended: &mut Self::Penalized) -> &mut Stamp;
 }
 
 /// An algorithm looks at itself with its own check, in peek mode.
@@ -67,13 +86,29 @@ macro_rules! stored_types {
                 (&penalized.state, penalized.until_ms)
             }
             fn penalized(until_ms: i64, state: Self) -> Self::Penalized {
-                Penalized { until_ms, state }
+                Penalized { until_ms, stamp: Stamp::NONE, state }
+            }
+            fn extended(until_ms: i64, stamp: Stamp, state: Self) -> Self::Penalized {
+                Penalized { until_ms, stamp, state }
+            }
+            fn stamp_of(extended: &Self::Penalized) -> Stamp {
+                extended.stamp
+            }
+            fn stamp_mut(extended: &mut Self::Penalized) -> &mut Stamp {
+                &mut extended.stamp
             }
         }
         impl Stored for crate::algorithms::$module::$ty {
             type Sibling = Penalized<crate::algorithms::$module::$ty>;
             fn peek(&self, now_ms: i64) -> Decision {
                 peek_of(self, now_ms)
+            }
+            fn into_sibling(self, sibling: &mut Self::Sibling) -> Result<(), Self> {
+                if sibling.stamp.is_none() {
+                    return Err(self);
+                }
+                sibling.state = self;
+                Ok(())
             }
         }
         impl Stored for Penalized<crate::algorithms::$module::$ty> {
@@ -109,7 +144,7 @@ macro_rules! stored_types {
         /// `None` for a tag no type has.
         pub fn on_tag<V: StateVisitor>(bytes: &[u8], visitor: V) -> Option<V::Out> {
             match *bytes {
-                [PENALTY_TAG, tag, ..] => match tag {
+                [PENALTY_TAG | STAMPED_TAG, tag, ..] => match tag {
                     $($tag => Some(visitor.visit::<Penalized<crate::algorithms::$module::$ty>>()),)*
                     _ => None,
                 },

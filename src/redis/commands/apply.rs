@@ -14,6 +14,7 @@ use super::all::{declare_keys, keys};
 use super::policy::{replayed_definition, request_of};
 use super::refund::refund;
 use crate::error::CommandError;
+use std::sync::Arc;
 use crate::parse;
 use crate::replay::{Command, Header};
 
@@ -87,7 +88,7 @@ fn apply_check_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
             .bytes(1)
             .and_then(|glued| Header::unglue(glued).ok())
             .and_then(|(_, word)| replayed_definition(word).ok())
-            .map_or(0, |definition| definition.tiers.len());
+            .map_or(0, |(_, definition)| definition.tiers.len());
         for position in 2..2 + tiers {
             ctx.key_at_pos(args, position);
         }
@@ -98,13 +99,20 @@ fn apply_check_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
             return Err(CommandError::invalid_state("not a replay of RL.CHECK"));
         }
         let run = Run::replay(ctx, &header);
-        let definition = replayed_definition(words.first().copied().unwrap_or_default())?;
+        let (stamp, definition) =
+            replayed_definition(words.first().copied().unwrap_or_default())?;
         let n = definition.tiers.len();
         let keys: Vec<_> = (2..2 + n).filter_map(|i| args.key(i)).collect();
         if keys.len() != n {
             return Err(CommandError::Arity);
         }
         let result = request_of(&definition, words.get(1 + n..).unwrap_or_default())
+            .map(|request| Request::Policy {
+                request: Box::new(request),
+                counters: Arc::default(),
+                stamp,
+                on_change: definition.on_change,
+            })
             .and_then(|request| decide(&run, &request, &keys, request.mode()).map(drop));
         run.propagate(Some(args), None);
         result

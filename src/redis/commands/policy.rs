@@ -16,7 +16,8 @@ use super::super::respond::respond;
 use crate::error::{shown, CommandError};
 use crate::parse::policy::{check_request_options, definition, name, version, Definition};
 use crate::parse::AllArgs;
-use crate::policies::{store, Changed};
+use crate::algorithms::penalty::Stamp;
+use crate::policies::{split_replayed, store, Changed};
 use crate::replay::Command;
 
 command! {
@@ -264,7 +265,7 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
     // One lock, three reference counts: the version's definition, its
     // replayed words and the policy's counters, together, so a change made
     // after this is not half seen.
-    let (definition, replayed, counters): (Arc<Definition>, Arc<Vec<u8>>, _) = {
+    let (definition, replayed, counters, stamp): (Arc<Definition>, Arc<Vec<u8>>, _, _) = {
         let store = store();
         let held = store.get(policy);
         let current = held.and_then(|p| p.current().map(|c| (p, c)));
@@ -273,6 +274,7 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
                 Arc::clone(&c.definition),
                 Arc::clone(&c.replayed),
                 Arc::clone(&p.counters),
+                c.stamp,
             )
         })
     }
@@ -325,6 +327,8 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
     let request = Request::Policy {
         request: Box::new(request),
         counters,
+        stamp,
+        on_change: definition.on_change,
     };
     Ok(respond(
         &run,
@@ -360,11 +364,13 @@ pub(super) fn request_of(
     })
 }
 
-/// The definition a replay carries (its words, space-separated).
-pub(super) fn replayed_definition(word: &[u8]) -> Result<Definition, CommandError> {
+/// The stamp and definition a replay carries (see
+/// `crate::policies::replayed_word`).
+pub(super) fn replayed_definition(word: &[u8]) -> Result<(Stamp, Definition), CommandError> {
+    let (stamp, word) = split_replayed(word).map_err(|e| CommandError::invalid_state(e.0))?;
     let words: Vec<&[u8]> = word.split(|&b| b == b' ').collect();
     match definition(&words)? {
-        (definition, false) => Ok(definition),
+        (definition, false) => Ok((stamp, definition)),
         (_, true) => Err(CommandError::invalid_state(
             "a replayed policy has no DRYRUN",
         )),

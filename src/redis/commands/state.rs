@@ -165,6 +165,18 @@ impl StateVisitor for Describe<'_, '_> {
         let now = state.peek(self.now_ms);
         let mut fields = vec![("algorithm", Field::Text(A::NAME.as_bytes().to_vec()))];
         fields.extend(state.describe(self.now_ms));
+        // A policy stamp's hash, by the policy's name when this node holds it.
+        for (name, value) in &mut fields {
+            if let (&mut "policy", Field::Text(hash)) = (name, &mut *value) {
+                let named = std::str::from_utf8(hash)
+                    .ok()
+                    .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+                    .and_then(|hash| crate::policies::store().name_of(hash));
+                if let Some(named) = named {
+                    *hash = named;
+                }
+            }
+        }
         fields.push(("remaining", Field::Int(now.remaining as i64)));
         fields.push(("reset_after_ms", Field::Int(now.reset_after_ms)));
         Some(fields)

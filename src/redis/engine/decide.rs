@@ -9,6 +9,7 @@ use super::super::request::Request;
 use super::all::all;
 use super::check::{apply, apply_tier, upto_tier};
 use super::leases::{acquire, peek};
+use super::migrate;
 use super::penalty_of;
 use crate::algorithms::gcra::Gcra;
 use crate::algorithms::partial::Grant;
@@ -72,6 +73,29 @@ pub fn decide(
             let (combined, tiers) = all(run, keys, args, mode)?;
             Outcome::All(combined, tiers)
         }
-        Request::Policy { request, .. } => decide(run, request, keys, mode)?,
+        Request::Policy {
+            request,
+            stamp,
+            on_change,
+            ..
+        } => {
+            let (tiers, cost) = match &**request {
+                Request::Check { tier, options } => (std::slice::from_ref(tier), options.cost),
+                Request::All(args) => (args.tiers.as_slice(), args.options.cost),
+                _ => (&[][..], 0),
+            };
+            if stamp.is_none() {
+                // A replay written before stamps: decided as then.
+                return decide(run, request, keys, mode);
+            }
+            match migrate::before(run, keys, tiers, *stamp, *on_change, mode, cost)? {
+                Err(peeked) => peeked,
+                Ok(migration) => {
+                    let outcome = decide(run, request, keys, mode)?;
+                    migration.finish(run)?;
+                    outcome
+                }
+            }
+        }
     })
 }

@@ -9,6 +9,7 @@ pub mod all;
 pub mod check;
 pub mod decide;
 pub mod leases;
+pub mod migrate;
 #[cfg(test)]
 mod memory;
 pub mod store;

@@ -38,6 +38,12 @@ pub trait Store {
     /// After a key was written: Redis is told it changed, and the command
     /// will be propagated.
     fn written(&self, name: Self::Name);
+
+    /// Keeps `key`, opened for writing, for the next [`Store::read`] or
+    /// [`Store::write`] of `name` in this command (a policy's migration
+    /// step hands the key it looked at to the decision: one lookup, not
+    /// two). By default it is closed.
+    fn keep_open(&self, _name: Self::Name, _key: Key<'_, Write, Self::Raw<'_>>) {}
 }
 
 impl<'a> Store for Run<'a> {
@@ -56,11 +62,21 @@ impl<'a> Store for Run<'a> {
     }
 
     fn read(&self, name: KeyName<'a>) -> Key<'_, Read, OpenKey<'a>> {
-        Key::made_of(OpenKey::open(self.ctx, name, false))
+        match self.take_open(name) {
+            Some(open) => Key::made_of(open),
+            None => Key::made_of(OpenKey::open(self.ctx, name, false)),
+        }
     }
 
     fn write(&self, name: KeyName<'a>) -> Key<'_, Write, OpenKey<'a>> {
-        Key::made_of(OpenKey::open(self.ctx, name, true))
+        match self.take_open(name) {
+            Some(open) => Key::made_of(open),
+            None => Key::made_of(OpenKey::open(self.ctx, name, true)),
+        }
+    }
+
+    fn keep_open(&self, name: KeyName<'a>, key: Key<'_, Write, OpenKey<'a>>) {
+        self.put_open(name, key.into_raw());
     }
 
     fn out_of_memory(&self) -> Result<(), CommandError> {
@@ -86,7 +102,7 @@ pub fn store<S: Store, A: Stored, R: RawKey>(
     state: A,
 ) -> Result<(), CommandError> {
     let fresh_at_ms = state.fresh_at_ms();
-    key.put(state)?;
+    key.put_decided(state)?;
     key.expire_fresh(fresh_at_ms, run.expiry_slack_ms());
     run.written(key_name);
     Ok(())

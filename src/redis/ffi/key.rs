@@ -28,7 +28,54 @@ pub struct OpenKey<'a> {
     life: PhantomData<Ctx<'a>>,
 }
 
+/// A key opened for writing, kept by a command for a later opening of the
+/// same name (see `crate::redis::replicate::Run`): without the command's
+/// lifetime, so that holding one changes no type's variance; closed when
+/// dropped, if not opened again.
+pub struct KeptKey {
+    name: *mut raw::RedisModuleString,
+    ptr: *mut raw::RedisModuleKey,
+}
+
+impl KeptKey {
+    /// The key again, if it was kept for `name` (the very same argument of
+    /// the running command); otherwise `None`, and it is closed.
+    pub fn reopen<'a>(self, name: KeyName<'a>) -> Option<OpenKey<'a>> {
+        if !std::ptr::eq(self.name, name.raw()) {
+            return None;
+        }
+        let ptr = self.ptr;
+        std::mem::forget(self);
+        // The key was opened for this command's argument `name`, which
+        // lives as long as `'a`.
+        Some(OpenKey {
+            ptr,
+            life: PhantomData,
+        })
+    }
+}
+
+impl Drop for KeptKey {
+    fn drop(&mut self) {
+        if !self.ptr.is_null() {
+            // SAFETY: `ptr` was opened by `OpenKey::open` and, kept here,
+            // is closed once.
+            unsafe { rm!(RedisModule_CloseKey)(self.ptr) };
+        }
+    }
+}
+
 impl<'a> OpenKey<'a> {
+    /// Keeps the key, opened for `name`, for [`KeptKey::reopen`].
+    pub fn keep(self, name: KeyName<'a>) -> KeptKey {
+        let kept = KeptKey {
+            name: name.raw(),
+            ptr: self.ptr,
+        };
+        std::mem::forget(self);
+        kept
+    }
+
     /// Opens `name` for reading, or for reading and writing. Opening does not
     /// create the key; setting a value does.
     pub fn open(ctx: Ctx<'a>, name: KeyName<'a>, write: bool) -> Self {
@@ -119,6 +166,7 @@ impl<'a> OpenKey<'a> {
         if self.ptr.is_null() {
             return false;
         }
+        let policy_hash = crate::algorithms::State::policy_hash(&value);
         let boxed = Box::into_raw(Box::new(value)).cast::<c_void>();
         // SAFETY: `ptr` is a key opened for writing; Redis takes ownership
         // of the box and hands it back to `T`'s type's `free` callback,
@@ -128,6 +176,7 @@ impl<'a> OpenKey<'a> {
         };
         if status == raw::REDISMODULE_OK as c_int {
             super::types::held_one_more::<T>();
+            crate::policies::count_keys(policy_hash, 1);
             true
         } else {
             // SAFETY: Redis refused the value, so the box is still ours.

@@ -209,6 +209,7 @@ unsafe extern "C" fn rdb_load<A: TypedValue>(
     match decoded {
         Ok(state) => {
             held_one_more::<A>();
+            crate::policies::count_keys(state.policy_hash(), 1);
             Box::into_raw(Box::new(state)).cast()
         }
         Err(e) => refuse(e.0),
@@ -308,7 +309,9 @@ unsafe extern "C" fn free_effort<A: State>(
 unsafe extern "C" fn free<A: TypedValue>(value: *mut c_void) {
     if !value.is_null() {
         // SAFETY: every value of this type was made by `Box::into_raw` of an `A`.
-        drop(unsafe { Box::from_raw(value.cast::<A>()) });
+        let state = unsafe { Box::from_raw(value.cast::<A>()) };
+        crate::policies::count_keys(state.policy_hash(), -1);
+        drop(state);
         A::held().fetch_sub(1, Relaxed);
     }
 }
@@ -322,6 +325,7 @@ unsafe extern "C" fn copy<A: TypedValue>(
     match unsafe { state::<A>(value) } {
         Some(state) => {
             held_one_more::<A>();
+            crate::policies::count_keys(state.policy_hash(), 1);
             Box::into_raw(Box::new(state.clone())).cast()
         }
         None => std::ptr::null_mut(),
