@@ -229,3 +229,56 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// The maxmemory rule of one key's check is `RL.ALL`'s (one tier of
+    /// it): at `maxmemory`, only a request that would be taken and would
+    /// create the key or grow its state (a new entry of a sliding log) is
+    /// refused, and it changes nothing; anything else (a denial of a log
+    /// that a take would grow included) is decided and stored exactly as
+    /// with memory free, and answered as `RL.ALL` of that one tier answers.
+    #[test]
+    fn one_keys_check_at_maxmemory_refuses_only_what_needs_memory(
+        tier in tier(),
+        steps in proptest::collection::vec((0i64..700, 1u64..4, any::<bool>()), 1..40),
+    ) {
+        let key = KEYS[0];
+        let memory = Memory::at(T0, 0);
+        let mut words: Vec<String> = vec!["1".into(), key.into()];
+        words.extend(tier.iter().cloned());
+        let words: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+        let parsed = parse::all(&words).expect("parses");
+        let tier = &parsed.tiers[0];
+        let mut now = T0;
+        for (dt, cost, full) in steps {
+            now += dt;
+            memory.set_now(now);
+            let before = memory.seen(key);
+            let free = memory.copy();
+            let unlimited = apply_tier(&free, key, tier, cost, Mode::Take, None, None)
+                .expect("a check with memory free");
+            let with_free = free.seen(key);
+            let mut as_all = parsed.clone();
+            as_all.options.cost = cost;
+            let one_tier = memory.copy();
+            one_tier.set_full(full);
+            let all_of_one = all(&one_tier, &KEYS[..1], &as_all, Mode::Take);
+            memory.set_full(full);
+            let result = apply_tier(&memory, key, tier, cost, Mode::Take, None, None);
+            memory.set_full(false);
+            match result {
+                Err(_) => {
+                    prop_assert!(full, "refused with memory free");
+                    prop_assert!(unlimited.allowed, "refused a denial");
+                    prop_assert_eq!(memory.seen(key), before, "a refused check changed the key");
+                    prop_assert!(all_of_one.is_err(), "RL.ALL of the one tier answered");
+                }
+                Ok(decision) => {
+                    prop_assert_eq!(decision, unlimited);
+                    prop_assert_eq!(memory.seen(key), with_free);
+                    prop_assert_eq!(all_of_one.expect("RL.ALL of the one tier").0, decision);
+                }
+            }
+        }
+    }
+}
