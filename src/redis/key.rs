@@ -10,6 +10,7 @@
 //! so a state read from the key cannot be used after it: the compile-fail
 //! examples in `crate::typed_keys` show it.
 
+use std::cell::Cell;
 use std::marker::PhantomData;
 
 use super::ffi::key::{Holds, OpenKey};
@@ -80,6 +81,16 @@ impl RawKey for OpenKey<'_> {
 pub struct Key<'a, M, R = OpenKey<'a>> {
     key: R,
     access: PhantomData<(M, &'a ())>,
+    /// The flag of [`Key::one_at_a_time`], cleared when the key closes.
+    open: Option<&'a Cell<bool>>,
+}
+
+impl<M, R> Drop for Key<'_, M, R> {
+    fn drop(&mut self) {
+        if let Some(open) = self.open {
+            open.set(false);
+        }
+    }
 }
 
 /// A key opened for reading.
@@ -95,12 +106,38 @@ impl<'a> Key<'a, Read> {
     }
 }
 
+impl<'a, M, R: RawKey> Key<'a, M, R> {
+    /// The one way the engine's stores open a key (`super::engine::store`):
+    /// a key of `raw()`, opened as `M` says, unless a key opened through
+    /// the same `open` flag (one per command) is still open, which is
+    /// refused with an error, `raw` not called. So no key is ever open twice
+    /// at once for a command: two opens of one name would lend two `&mut`
+    /// to one state (or a `&` beside a `&mut`), which the names, run-time
+    /// values, cannot rule out by their types. The engine needs one key at
+    /// a time (`RL.ALL` plans, takes and settles its tiers one after the
+    /// other).
+    pub(crate) fn one_at_a_time(
+        open: &'a Cell<bool>,
+        raw: impl FnOnce() -> R,
+    ) -> Result<Self, CommandError> {
+        if open.replace(true) {
+            return Err(CommandError::key_open_twice());
+        }
+        Ok(Self {
+            key: raw(),
+            access: PhantomData,
+            open: Some(open),
+        })
+    }
+}
+
 impl<M, R: RawKey> Key<'_, M, R> {
     /// A key of `raw`, which the caller opened as `M` says.
     pub(crate) fn made_of(raw: R) -> Self {
         Self {
             key: raw,
             access: PhantomData,
+            open: None,
         }
     }
 

@@ -61,6 +61,9 @@ pub struct Run<'a> {
     pub expiry_slack_ms: u32,
     origin: Origin<'a>,
     changed: Cell<bool>,
+    /// Whether a key opened through this run is open (see
+    /// `super::key::Key::one_at_a_time`).
+    pub key_open: Cell<bool>,
 }
 
 impl<'a> Run<'a> {
@@ -77,6 +80,7 @@ impl<'a> Run<'a> {
                 glue_word: None,
             },
             changed: Cell::new(false),
+            key_open: Cell::new(false),
         }
     }
 
@@ -93,6 +97,7 @@ impl<'a> Run<'a> {
                 glue_word: Some(word),
             },
             changed: Cell::new(false),
+            key_open: Cell::new(false),
         }
     }
 
@@ -108,6 +113,7 @@ impl<'a> Run<'a> {
                 words,
             },
             changed: Cell::new(false),
+            key_open: Cell::new(false),
         }
     }
 
@@ -119,6 +125,7 @@ impl<'a> Run<'a> {
             expiry_slack_ms: header.expiry_slack_ms,
             origin: Origin::Replay,
             changed: Cell::new(false),
+            key_open: Cell::new(false),
         }
     }
 

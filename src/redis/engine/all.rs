@@ -113,7 +113,7 @@ struct Taking<'r, S: Store> {
 impl<S: Store> OnTier for Taking<'_, S> {
     type Out = Result<Decision, CommandError>;
     fn on<A: Checked>(self, params: A::Params) -> Self::Out {
-        let mut key = self.run.write(self.key_name);
+        let mut key = self.run.write(self.key_name)?;
         match take::<S, A>(
             self.run,
             &mut key,
@@ -145,7 +145,7 @@ struct Settling<'r, S: Store> {
 impl<S: Store> OnTier for Settling<'_, S> {
     type Out = Result<(), CommandError>;
     fn on<A: Checked>(self, _params: A::Params) -> Self::Out {
-        let mut key = self.run.write(self.key_name);
+        let mut key = self.run.write(self.key_name)?;
         let Some(fresh_at_ms) = key.held_ref::<A>()?.map(|held| held.fresh_at_ms()) else {
             return Ok(());
         };

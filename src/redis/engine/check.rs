@@ -73,7 +73,7 @@ pub fn plan<S: Store, A: Checked>(
     cost: u64,
 ) -> Result<Plan, CommandError> {
     let now_ms = run.now_ms();
-    let key = run.read(key_name);
+    let key = run.read(key_name)?;
     Ok(match key.held_ref::<A>()? {
         None => Plan {
             decision: A::check_with(None, params, now_ms, cost, Mode::Peek).0,
@@ -280,7 +280,7 @@ pub fn apply<S: Store, A: Checked>(
     if mode == Mode::Peek {
         return Ok(plan::<S, A>(run, key_name, params, cost)?.decision);
     }
-    let mut key = run.write(key_name);
+    let mut key = run.write(key_name)?;
     match take::<S, A>(run, &mut key, key_name, params, cost, Memory::ToCheck)? {
         Took::Taken(decision) => Ok(decision),
         Took::Denied(denied) => {
@@ -425,7 +425,7 @@ pub fn upto<S: Store, A: Checked>(
     if !<A::Params as Syntax>::PARTIAL {
         return Err(crate::parse::options::upto_not_offered());
     }
-    let key = run.read(key_name);
+    let key = run.read(key_name)?;
     Ok(match key.held_ref::<A>()? {
         None => (
             upto_cost::<A>(None, params, run.now_ms(), cost),
@@ -462,7 +462,7 @@ pub fn refund<S: Store, A: Checked>(
     amount: u64,
     granted_at_ms: Option<i64>,
 ) -> Result<u64, CommandError> {
-    let mut key = run.write(key_name);
+    let mut key = run.write(key_name)?;
     let Some(held) = key.held::<A>()? else {
         return Ok(0);
     };

@@ -282,3 +282,34 @@ proptest! {
         }
     }
 }
+
+/// A key opened through a store (the server's, or these keys in memory)
+/// while another is still open is refused, the same name or another, to
+/// write or to read: one name opened twice would lend its state twice (two
+/// `&mut`). Once the first key is closed, keys open again.
+#[test]
+fn a_key_is_never_opened_while_another_is_open() {
+    use super::store::Store;
+    use crate::error::CommandError;
+    let memory = Memory::at(T0, 0);
+    let first = memory.write(KEYS[0]).expect("the first key opens");
+    for name in [KEYS[0], KEYS[1]] {
+        assert_eq!(
+            memory.write(name).err(),
+            Some(CommandError::key_open_twice()),
+            "{name} opened to write beside an open key"
+        );
+        assert_eq!(
+            memory.read(name).err(),
+            Some(CommandError::key_open_twice()),
+            "{name} opened to read beside an open key"
+        );
+    }
+    drop(first);
+    let read = memory
+        .read(KEYS[0])
+        .expect("opens once the first is closed");
+    assert!(memory.write(KEYS[0]).is_err(), "written beside a read key");
+    drop(read);
+    assert!(memory.write(KEYS[1]).is_ok());
+}
