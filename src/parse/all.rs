@@ -16,7 +16,7 @@ use crate::words::values::whole_in;
 /// registry: a tier for each algorithm, nothing else.
 macro_rules! tiers {
     (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
         others { $($others:tt)* }
     ) => {
         /// One tier of `RL.ALL`: an algorithm and its parameters.

@@ -164,7 +164,7 @@ const DRAWN_ID_LEN: usize = 32;
 /// The counter of the algorithm of `tier`, made from the registry.
 macro_rules! counter_of {
     (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
         others { $($others:tt)* }
     ) => {
         fn counter_of(tier: &Tier) -> &'static Counter {

@@ -35,7 +35,7 @@ pub trait OnTier {
 /// the registry so every algorithm has its arm and no other.
 macro_rules! on_tier {
     (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
         others { $($others:tt)* }
     ) => {
         #[inline]
