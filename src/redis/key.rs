@@ -86,6 +86,7 @@ pub struct Key<'a, M, R = OpenKey<'a>> {
 }
 
 impl<M, R> Drop for Key<'_, M, R> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(open) = self.open {
             open.set(false);
@@ -116,12 +117,13 @@ impl<'a, M, R: RawKey> Key<'a, M, R> {
     /// values, cannot rule out by their types. The engine needs one key at
     /// a time (`RL.ALL` plans, takes and settles its tiers one after the
     /// other).
+    #[inline(always)]
     pub(crate) fn one_at_a_time(
         open: &'a Cell<bool>,
         raw: impl FnOnce() -> R,
     ) -> Result<Self, CommandError> {
         if open.replace(true) {
-            return Err(CommandError::key_open_twice());
+            return Err(open_twice());
         }
         Ok(Self {
             key: raw(),
@@ -374,6 +376,13 @@ impl<A: Stored> Held<'_, A> {
         self.until_ms
             .map_or(fresh_at_ms, |until| fresh_at_ms.max(until))
     }
+}
+
+/// [`Key::one_at_a_time`]'s refusal, kept off the path of every open.
+#[cold]
+#[inline(never)]
+fn open_twice() -> CommandError {
+    CommandError::key_open_twice()
 }
 
 thread_local! {

@@ -58,10 +58,12 @@ impl<'a> Store for Run<'a> {
         self.expiry_slack_ms
     }
 
+    #[inline]
     fn read(&self, name: KeyName<'a>) -> Result<Key<'_, Read, OpenKey<'a>>, CommandError> {
         Key::one_at_a_time(&self.key_open, || OpenKey::open(self.ctx, name, false))
     }
 
+    #[inline]
     fn write(&self, name: KeyName<'a>) -> Result<Key<'_, Write, OpenKey<'a>>, CommandError> {
         Key::one_at_a_time(&self.key_open, || OpenKey::open(self.ctx, name, true))
     }
