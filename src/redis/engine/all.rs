@@ -146,7 +146,7 @@ impl<S: Store> OnTier for Settling<'_, S> {
     type Out = Result<(), CommandError>;
     fn on<A: Checked>(self, _params: A::Params) -> Self::Out {
         let mut key = self.run.write(self.key_name)?;
-        let Some(fresh_at_ms) = key.held_ref::<A>()?.map(|held| held.fresh_at_ms()) else {
+        let Some(fresh_at_ms) = key.fresh_at_ms::<A>()? else {
             return Ok(());
         };
         settle::<S, A>(
