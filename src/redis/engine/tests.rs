@@ -313,3 +313,43 @@ fn a_key_is_never_opened_while_another_is_open() {
     drop(read);
     assert!(memory.write(KEYS[1]).is_ok());
 }
+
+/// `RL.ALL` takes from a tier as that tier's own check does, a key that
+/// has had a penalty included: after the penalty is over, both take from
+/// the state in place, and the key keeps its penalized form (the end of
+/// its latest penalty, until it expires), with the same expiry.
+#[test]
+fn rl_all_takes_from_a_key_that_had_a_penalty_as_its_own_check_does() {
+    let key = KEYS[0];
+    let words: Vec<&[u8]> = ["1", key, "TOKENBUCKET", "2", "1"]
+        .iter()
+        .map(|w| w.as_bytes())
+        .collect();
+    let parsed = parse::all(&words).expect("parses");
+    let tier = &parsed.tiers[0];
+    let memory = Memory::at(T0, 0);
+    let take =
+        |cost, penalty_ms| apply_tier(&memory, key, tier, cost, Mode::Take, penalty_ms, None);
+    assert!(take(1, None).expect("check").allowed);
+    assert!(
+        !take(2, Some(100)).expect("check").allowed,
+        "denied, a penalty starts"
+    );
+    // The penalty is over, the key not yet fresh (nor expired): 1.5 tokens.
+    memory.set_now(T0 + 500);
+    let alone = memory.only(key);
+    let single = apply_tier(&alone, key, tier, 1, Mode::Take, None, None).expect("check");
+    let (combined, _) = all(&memory, &KEYS[..1], &parsed, Mode::Take).expect("RL.ALL");
+    assert!(single.allowed && combined.allowed);
+    let after = memory.seen(key);
+    assert_eq!(
+        after,
+        alone.seen(key),
+        "RL.ALL stored otherwise than the check"
+    );
+    assert_eq!(
+        after.and_then(|(bytes, _)| bytes.first().copied()),
+        Some(PENALTY_TAG),
+        "the penalized form was dropped"
+    );
+}
