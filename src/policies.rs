@@ -113,7 +113,10 @@ pub fn split_replayed(word: &[u8]) -> Result<(Stamp, &[u8]), DecodeError> {
         policy: u64::from_str_radix(hash, 16).map_err(|_| bad.clone())?,
         version: version.parse().map_err(|_| bad.clone())?,
     };
-    ensure(hash.len() == 16 && stamp.policy != 0 && stamp.version != 0, bad.0)?;
+    ensure(
+        hash.len() == 16 && stamp.policy != 0 && stamp.version != 0,
+        bad.0,
+    )?;
     Ok((stamp, tail.get(1..).unwrap_or_default()))
 }
 

@@ -108,6 +108,27 @@ fn peeks_and_denials_are_answered_for_any_key_at_maxmemory() {
     assert!(!exists(&mut con, "new"));
 }
 
+/// A full sliding log in a later millisecond: a take would add an entry,
+/// but the request is denied, which needs no memory: answered, on one key
+/// as through `RL.ALL` (one rule for both), and the log is unchanged.
+#[test]
+fn a_denial_of_a_log_a_take_would_grow_is_answered_at_maxmemory() {
+    let (_server, mut con) = server_at_maxmemory(&[&["RL.SLIDINGLOG", "full", "1", "1h"]]);
+    let log = dump(&mut con, "full");
+    std::thread::sleep(std::time::Duration::from_millis(3));
+    let denied = check(&mut con, &["RL.SLIDINGLOG", "full", "1", "1h"]);
+    assert_eq!(denied[..3], [0, 1, 0], "one key's check");
+    // RL.ALL answers the combined decision's five numbers, then each tier's.
+    let (allowed, limit, remaining, _, _, tiers): (i64, i64, i64, i64, i64, Vec<Vec<i64>>) =
+        redis::cmd("RL.ALL")
+            .arg(&["1", "full", "SLIDINGLOG", "1", "1h"])
+            .query(&mut con)
+            .unwrap();
+    assert_eq!([allowed, limit, remaining], [0, 1, 0], "RL.ALL");
+    assert_eq!(tiers[0][..3], [0, 1, 0], "RL.ALL's tier");
+    assert_eq!(dump(&mut con, "full"), log);
+}
+
 #[test]
 fn what_would_create_a_key_or_grow_its_state_is_refused_and_changes_nothing() {
     let (_server, mut con) = server_at_maxmemory(&[

@@ -443,7 +443,16 @@ fn every_bad_definition_is_refused_with_its_reason_and_changes_nothing() {
             "ERR ON-CHANGE must be KEEP",
         ),
         (
-            &["RL.POLICY", "SET", "p", "TOKENBUCKET", "1", "1", "ON-CHANGE", "HALVE"],
+            &[
+                "RL.POLICY",
+                "SET",
+                "p",
+                "TOKENBUCKET",
+                "1",
+                "1",
+                "ON-CHANGE",
+                "HALVE",
+            ],
             "ERR ON-CHANGE must be KEEP, SCALE or RESET",
         ),
         (
@@ -835,12 +844,20 @@ fn a_changed_algorithm_migrates_the_key_by_each_strategy() {
     for (strategy, remaining) in [("KEEP", 6), ("SCALE", 12), ("RESET", 20)] {
         let name = format!("alg:{strategy}");
         let key = format!("alg:{strategy}:k");
-        set(&mut con, &name, &["TOKENBUCKET", "10", "0.001", "ON-CHANGE", strategy]);
+        set(
+            &mut con,
+            &name,
+            &["TOKENBUCKET", "10", "0.001", "ON-CHANGE", strategy],
+        );
         for _ in 0..4 {
             check(&mut con, &["RL.CHECK", &name, &key]);
         }
         let type_before = text(&run(&mut con, &["TYPE", &key]).unwrap());
-        set(&mut con, &name, &["FIXEDWINDOW", "20", "1h", "ON-CHANGE", strategy]);
+        set(
+            &mut con,
+            &name,
+            &["FIXEDWINDOW", "20", "1h", "ON-CHANGE", strategy],
+        );
         assert_eq!(
             head(&mut con, &["RL.CHECK", &name, &key, "PEEK"]),
             vec![1, 20, remaining],
@@ -863,8 +880,16 @@ fn a_changed_algorithm_migrates_the_key_by_each_strategy() {
 fn a_key_of_another_algorithm_not_stamped_by_the_policy_stays_wrongtype() {
     let server = Server::start(&[]);
     let mut con = server.connect();
-    set(&mut con, "fw", &["FIXEDWINDOW", "20", "1h", "ON-CHANGE", "RESET"]);
-    set(&mut con, "tb", &["TOKENBUCKET", "10", "1", "ON-CHANGE", "RESET"]);
+    set(
+        &mut con,
+        "fw",
+        &["FIXEDWINDOW", "20", "1h", "ON-CHANGE", "RESET"],
+    );
+    set(
+        &mut con,
+        "tb",
+        &["TOKENBUCKET", "10", "1", "ON-CHANGE", "RESET"],
+    );
     check(&mut con, &["RL.TOKENBUCKET", "inline", "10", "1"]);
     check(&mut con, &["RL.CHECK", "tb", "other"]);
     run(&mut con, &["SET", "string", "x"]).unwrap();
@@ -885,7 +910,11 @@ fn a_key_of_another_algorithm_not_stamped_by_the_policy_stays_wrongtype() {
 fn a_new_version_with_the_same_parameters_only_restamps() {
     let server = Server::start(&[]);
     let mut con = server.connect();
-    set(&mut con, "same", &["TOKENBUCKET", "10", "0.001", "ON-CHANGE", "RESET"]);
+    set(
+        &mut con,
+        "same",
+        &["TOKENBUCKET", "10", "0.001", "ON-CHANGE", "RESET"],
+    );
     for _ in 0..4 {
         check(&mut con, &["RL.CHECK", "same", "k"]);
     }
@@ -900,15 +929,29 @@ fn a_new_version_with_the_same_parameters_only_restamps() {
     set(
         &mut con,
         "same",
-        &["TOKENBUCKET", "10", "0.001", "PENALTY", "1h", "ON-CHANGE", "RESET"],
+        &[
+            "TOKENBUCKET",
+            "10",
+            "0.001",
+            "PENALTY",
+            "1h",
+            "ON-CHANGE",
+            "RESET",
+        ],
     );
     // A request that can never pass: takes nothing, starts no penalty.
-    assert_eq!(check(&mut con, &["RL.CHECK", "same", "k", "COST", "11"])[0], 0);
+    assert_eq!(
+        check(&mut con, &["RL.CHECK", "same", "k", "COST", "11"])[0],
+        0
+    );
     let (mut after, expiry_after) = timeless(&mut con);
     assert_eq!(info_int(&after, "policy_version"), 2);
     after.insert("policy_version".into(), before["policy_version"].clone());
     assert_eq!((after, expiry_after), (before, expiry));
-    assert_eq!(head(&mut con, &["RL.CHECK", "same", "k", "PEEK"]), vec![1, 10, 6]);
+    assert_eq!(
+        head(&mut con, &["RL.CHECK", "same", "k", "PEEK"]),
+        vec![1, 10, 6]
+    );
 }
 
 /// RESET drops a penalty (a customer moved to a new plan is unblocked),
@@ -922,7 +965,15 @@ fn a_reset_drops_the_penalty_and_a_rollback_resets_again() {
     set(
         &mut con,
         "plan",
-        &["TOKENBUCKET", "2", "0.001", "PENALTY", "1h", "ON-CHANGE", "RESET"],
+        &[
+            "TOKENBUCKET",
+            "2",
+            "0.001",
+            "PENALTY",
+            "1h",
+            "ON-CHANGE",
+            "RESET",
+        ],
     );
     check(&mut con, &["RL.CHECK", "plan", "c"]);
     check(&mut con, &["RL.CHECK", "plan", "c"]);
@@ -931,15 +982,31 @@ fn a_reset_drops_the_penalty_and_a_rollback_resets_again() {
     set(
         &mut con,
         "plan",
-        &["TOKENBUCKET", "3", "0.001", "PENALTY", "1h", "ON-CHANGE", "RESET"],
+        &[
+            "TOKENBUCKET",
+            "3",
+            "0.001",
+            "PENALTY",
+            "1h",
+            "ON-CHANGE",
+            "RESET",
+        ],
     );
     assert_eq!(head(&mut con, &["RL.CHECK", "plan", "c"]), vec![1, 3, 2]);
-    assert!(!rl_info(&mut con, "c").unwrap().contains_key("penalty_until_ms"));
+    assert!(!rl_info(&mut con, "c")
+        .unwrap()
+        .contains_key("penalty_until_ms"));
     same_on_replica(&mut con, &mut rcon, &["c"], "reset");
     // Back to version 1's definition, as version 3: reset to 2 tokens.
-    assert_eq!(int(&run(&mut con, &["RL.POLICY", "ROLLBACK", "plan", "1"]).unwrap()), 3);
+    assert_eq!(
+        int(&run(&mut con, &["RL.POLICY", "ROLLBACK", "plan", "1"]).unwrap()),
+        3
+    );
     assert_eq!(head(&mut con, &["RL.CHECK", "plan", "c"]), vec![1, 2, 1]);
-    assert_eq!(info_int(&rl_info(&mut con, "c").unwrap(), "policy_version"), 3);
+    assert_eq!(
+        info_int(&rl_info(&mut con, "c").unwrap(), "policy_version"),
+        3
+    );
     same_on_replica(&mut con, &mut rcon, &["c"], "rollback");
 }
 
@@ -955,16 +1022,35 @@ fn a_tier_migrates_on_its_own_and_even_on_a_denial() {
     set(
         &mut con,
         "two",
-        &["TOKENBUCKET", "10", "0.001", "FIXEDWINDOW", "4", "1h", "ON-CHANGE", "SCALE"],
+        &[
+            "TOKENBUCKET",
+            "10",
+            "0.001",
+            "FIXEDWINDOW",
+            "4",
+            "1h",
+            "ON-CHANGE",
+            "SCALE",
+        ],
     );
-    let allowed = |con: &mut Connection| int(&items(&run(con, &["RL.CHECK", "two", "t1", "t2"]).unwrap())[0]);
+    let allowed =
+        |con: &mut Connection| int(&items(&run(con, &["RL.CHECK", "two", "t1", "t2"]).unwrap())[0]);
     for _ in 0..4 {
         assert_eq!(allowed(&mut con), 1);
     }
     set(
         &mut con,
         "two",
-        &["TOKENBUCKET", "20", "0.001", "FIXEDWINDOW", "4", "1h", "ON-CHANGE", "SCALE"],
+        &[
+            "TOKENBUCKET",
+            "20",
+            "0.001",
+            "FIXEDWINDOW",
+            "4",
+            "1h",
+            "ON-CHANGE",
+            "SCALE",
+        ],
     );
     // Denied by the window (4 of 4 used); the bucket's key is scaled anyway.
     assert_eq!(allowed(&mut con), 0);
@@ -974,7 +1060,10 @@ fn a_tier_migrates_on_its_own_and_even_on_a_denial() {
         check(&mut con, &["RL.TOKENBUCKET", "t1", "20", "0.001", "PEEK"])[2],
         12
     );
-    assert_eq!(info_int(&rl_info(&mut con, "t2").unwrap(), "policy_version"), 2);
+    assert_eq!(
+        info_int(&rl_info(&mut con, "t2").unwrap(), "policy_version"),
+        2
+    );
     same_on_replica(&mut con, &mut rcon, &["t1", "t2"], "two tiers");
 }
 
@@ -992,11 +1081,19 @@ fn stamps_and_migrations_survive_rdb_and_aof() {
             "always",
         ]);
         let mut con = server.connect();
-        set(&mut con, "p", &["TOKENBUCKET", "10", "0.001", "ON-CHANGE", "SCALE"]);
+        set(
+            &mut con,
+            "p",
+            &["TOKENBUCKET", "10", "0.001", "ON-CHANGE", "SCALE"],
+        );
         for _ in 0..4 {
             check(&mut con, &["RL.CHECK", "p", "k"]);
         }
-        set(&mut con, "p", &["GCRA", "19", "20", "1h", "ON-CHANGE", "SCALE"]);
+        set(
+            &mut con,
+            "p",
+            &["GCRA", "19", "20", "1h", "ON-CHANGE", "SCALE"],
+        );
         check(&mut con, &["RL.CHECK", "p", "k"]);
         let state = dump(&mut con, "k");
         let info = rl_info(&mut con, "k").unwrap();
@@ -1028,7 +1125,11 @@ fn a_penalized_state_written_before_stamps_loads_and_is_stamped_by_a_check() {
     use redis_ratelimit::algorithms::{Algorithm, Mode, Registered, State};
     let server = Server::start(&[]);
     let mut con = server.connect();
-    set(&mut con, "p", &["TOKENBUCKET", "2", "0.001", "PENALTY", "1h"]);
+    set(
+        &mut con,
+        "p",
+        &["TOKENBUCKET", "2", "0.001", "PENALTY", "1h"],
+    );
     let now = server_time_ms(&mut con);
     let params = TokenBucketParams {
         capacity: 2,
@@ -1047,7 +1148,11 @@ fn a_penalized_state_written_before_stamps_loads_and_is_stamped_by_a_check() {
     let old = rl_info(&mut con, "k").unwrap();
     assert_eq!(info_int(&old, "penalty_until_ms"), until);
     assert!(!old.contains_key("policy"));
-    assert_eq!(check(&mut con, &["RL.CHECK", "p", "k"])[0], 0, "the penalty holds");
+    assert_eq!(
+        check(&mut con, &["RL.CHECK", "p", "k"])[0],
+        0,
+        "the penalty holds"
+    );
     let info = rl_info(&mut con, "k").unwrap();
     assert_eq!(info_text(&info, "policy"), "p");
     assert_eq!(info_int(&info, "policy_version"), 1);
@@ -1065,7 +1170,9 @@ fn policy_keys(con: &mut Connection, name: &str) -> i64 {
 }
 
 fn eventually_keys(con: &mut Connection, name: &str, n: i64, what: &str) {
-    wait_for(what, Duration::from_secs(10), || policy_keys(con, name) == n);
+    wait_for(what, Duration::from_secs(10), || {
+        policy_keys(con, name) == n
+    });
 }
 
 /// Each policy counts the keys holding its stamp, without SCAN: up with
@@ -1098,10 +1205,15 @@ fn each_policy_counts_its_keys_without_scan() {
     run(&mut con, &["SET", "k2", "x"]).unwrap();
     assert_eq!(policy_keys(&mut con, "p"), 7);
     run(&mut con, &["PEXPIRE", "k3", "1"]).unwrap();
-    wait_for("k3 expires", Duration::from_secs(5), || !exists(&mut con, "k3"));
+    wait_for("k3 expires", Duration::from_secs(5), || {
+        !exists(&mut con, "k3")
+    });
     assert_eq!(policy_keys(&mut con, "p"), 6);
     run(&mut con, &["COPY", "k4", "c4"]).unwrap();
-    let payload = redis::cmd("DUMP").arg("k5").query::<Vec<u8>>(&mut con).unwrap();
+    let payload = redis::cmd("DUMP")
+        .arg("k5")
+        .query::<Vec<u8>>(&mut con)
+        .unwrap();
     redis::cmd("RESTORE")
         .arg("r5")
         .arg(0)
@@ -1112,22 +1224,37 @@ fn each_policy_counts_its_keys_without_scan() {
     // The copy and the restored key carry the stamp (the one encoding).
     for key in ["c4", "r5"] {
         let info = rl_info(&mut con, key).unwrap();
-        assert_eq!((info_text(&info, "policy"), info_int(&info, "policy_version")), ("p".into(), 1));
+        assert_eq!(
+            (
+                info_text(&info, "policy"),
+                info_int(&info, "policy_version")
+            ),
+            ("p".into(), 1)
+        );
     }
     assert_eq!(dump(&mut con, "c4"), dump(&mut con, "k4"));
     // The inline key, checked by name, is stamped; a key of p checked by
     // q moves to q.
     check(&mut con, &["RL.CHECK", "p", "inline"]);
     check(&mut con, &["RL.CHECK", "q", "k6"]);
-    assert_eq!((policy_keys(&mut con, "p"), policy_keys(&mut con, "q")), (8, 1));
+    assert_eq!(
+        (policy_keys(&mut con, "p"), policy_keys(&mut con, "q")),
+        (8, 1)
+    );
     run(&mut con, &["DEBUG", "RELOAD"]).unwrap();
-    assert_eq!((policy_keys(&mut con, "p"), policy_keys(&mut con, "q")), (8, 1));
+    assert_eq!(
+        (policy_keys(&mut con, "p"), policy_keys(&mut con, "q")),
+        (8, 1)
+    );
     run(&mut con, &["SAVE"]).unwrap();
     drop(con);
     server.shutdown_nosave();
     server.launch();
     let mut con = server.connect();
-    assert_eq!((policy_keys(&mut con, "p"), policy_keys(&mut con, "q")), (8, 1));
+    assert_eq!(
+        (policy_keys(&mut con, "p"), policy_keys(&mut con, "q")),
+        (8, 1)
+    );
     let replica = Server::start_replica_of(&server);
     let mut rcon = replica.connect();
     run(&mut con, &["WAIT", "1", "5000"]).unwrap();

@@ -447,7 +447,7 @@ fn words_of<P: Syntax>(rng: &mut Rng) -> Vec<String> {
 
 macro_rules! generators {
     (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
         others { $($others:tt)* }
     ) => {
         const ALGORITHMS: &[(&str, RandomState, RandomWords)] = &[$((

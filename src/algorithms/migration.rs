@@ -37,7 +37,6 @@ impl OnChange {
     }
 }
 
-
 /// What a peek of `state` under its own parameters answers at `now_ms`:
 /// its limit, and what it has remaining.
 pub fn limit_and_remaining<A: Algorithm>(state: &A, now_ms: i64) -> (u64, u64) {
@@ -54,12 +53,17 @@ pub fn limit_of<A: Algorithm>(params: A::Params, now_ms: i64) -> u64 {
 /// out of `old_limit`: `KEEP` the same, clamped to the new limit; `SCALE`
 /// scaled by new / old limit, rounded down; `RESET` the whole new limit.
 /// Never more than `new_limit`.
-pub fn remaining_after(on_change: OnChange, old_remaining: u64, old_limit: u64, new_limit: u64) -> u64 {
+pub fn remaining_after(
+    on_change: OnChange,
+    old_remaining: u64,
+    old_limit: u64,
+    new_limit: u64,
+) -> u64 {
     match on_change {
         OnChange::Keep => old_remaining.min(new_limit),
         OnChange::Scale => {
-            let scaled = u128::from(old_remaining) * u128::from(new_limit)
-                / u128::from(old_limit.max(1));
+            let scaled =
+                u128::from(old_remaining) * u128::from(new_limit) / u128::from(old_limit.max(1));
             u64::try_from(scaled).unwrap_or(u64::MAX).min(new_limit)
         }
         OnChange::Reset => new_limit,
@@ -118,7 +122,10 @@ mod tests {
         assert_eq!(remaining_after(OnChange::Keep, 7, 10, 3), 3);
         assert_eq!(remaining_after(OnChange::Keep, 7, 10, 20), 7);
         assert_eq!(remaining_after(OnChange::Reset, 0, 10, 20), 20);
-        assert_eq!(remaining_after(OnChange::Scale, u64::MAX, 1, u64::MAX), u64::MAX);
+        assert_eq!(
+            remaining_after(OnChange::Scale, u64::MAX, 1, u64::MAX),
+            u64::MAX
+        );
     }
 
     #[test]
@@ -176,7 +183,10 @@ mod tests {
             prop_assert!(remaining <= new_limit, "{:?}", on_change);
             match on_change {
                 OnChange::Keep => prop_assert!(remaining <= before),
-                OnChange::Scale => prop_assert!(remaining <= remaining_after(on_change, before, limit_of::<A>(old, T0), new_limit)),
+                OnChange::Scale => prop_assert!(
+                    remaining
+                        <= remaining_after(on_change, before, limit_of::<A>(old, T0), new_limit)
+                ),
                 OnChange::Reset => {
                     prop_assert_eq!(&next, &B::fresh(new, T0));
                 }

@@ -420,7 +420,11 @@ mod tests {
         state.encode_body(&mut old);
         let loaded = Penalized::<TokenBucket>::decode(&old, Horizon::NONE).unwrap();
         assert_eq!(loaded.stamp, Stamp::NONE);
-        assert_eq!(encode(&loaded), old, "an unstamped state is written as before");
+        assert_eq!(
+            encode(&loaded),
+            old,
+            "an unstamped state is written as before"
+        );
         // Stamped: 0x51, the stamp after the penalty's end (0: none had).
         let stamped = Penalized {
             until_ms: 0,

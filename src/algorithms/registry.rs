@@ -10,6 +10,11 @@
 //!   `algorithm name`, `INFO ratelimit` counts `ratelimit_name_allowed`/`_denied`;
 //! - `type_name`, the Redis data type's name (exactly nine characters).
 //!
+//! A column added at the end of every line (`, column`, one token tree:
+//! wrap anything longer in parentheses) is an edit here and in the macros
+//! that use it only: every macro's line pattern ends with `$(, $more:tt)*`,
+//! which takes the columns it does not name and ignores them.
+//!
 //! Everything that lists algorithms is made from this list: what makes
 //! items (the command table and its documentation, the data types, `RL.ALL`'s
 //! tiers, the counters) through [`registry!`](crate::registry); everything else (tests, fuzz
@@ -46,8 +51,8 @@ macro_rules! registry {
 /// characters long (what Redis requires).
 macro_rules! registered {
     (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
-        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal;)* }
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
+        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal $(, $omore:tt)*;)* }
     ) => {
         $(impl super::Registered for super::$module::$ty {
             const TAG: u8 = $tag;
@@ -165,8 +170,8 @@ pub trait EachState: Each {
 /// Writes the registry's lists and walks; see [`Each`].
 macro_rules! walks {
     (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
-        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal;)* }
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
+        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal $(, $omore:tt)*;)* }
     ) => {
         /// The algorithms' names, in registry order (their command is
         /// `RL.<NAME>`, their word in `RL.ALL` is `<NAME>`).

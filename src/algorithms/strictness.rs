@@ -120,7 +120,7 @@ fn parsed_parameters_decode<A: Algorithm>(words: &[String]) -> Result<(), TestCa
 
 macro_rules! strictness {
     (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
         others { $($others:tt)* }
     ) => {
         $(mod $module {

@@ -12,7 +12,7 @@ pub trait StateOf: Sized {
 
 macro_rules! state_of {
     (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
         others { $($others:tt)* }
     ) => {
         $(impl StateOf for <super::$module::$ty as Algorithm>::Params {

@@ -16,7 +16,7 @@ use crate::words::values::whole_in;
 /// registry: a tier for each algorithm, nothing else.
 macro_rules! tiers {
     (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
         others { $($others:tt)* }
     ) => {
         /// One tier of `RL.ALL`: an algorithm and its parameters.
@@ -38,28 +38,6 @@ macro_rules! tiers {
                     $(Tier::$ty(params) => visitor.tier::<crate::algorithms::$module::$ty>(params),)*
                 }
             }
-
-            /// Whether the tier's algorithm takes partial grants and refunds.
-            pub fn partial(&self) -> bool {
-                match self {
-                    $(Tier::$ty(_) => <<crate::algorithms::$module::$ty as Algorithm>::Params as Syntax>::PARTIAL,)*
-                }
-            }
-
-            /// Whether the tier's algorithm counts in windows (a refund
-            /// names its grant's time).
-            pub fn windowed(&self) -> bool {
-                match self {
-                    $(Tier::$ty(_) => <<crate::algorithms::$module::$ty as Algorithm>::Params as Syntax>::WINDOWED,)*
-                }
-            }
-
-            /// The registry tag of the tier's algorithm.
-            pub fn tag(&self) -> u8 {
-                match self {
-                    $(Tier::$ty(_) => <crate::algorithms::$module::$ty as crate::algorithms::Registered>::TAG,)*
-                }
-            }
         }
 
         /// The words that name an algorithm in a spec, in registry order.
@@ -79,6 +57,54 @@ macro_rules! tiers {
     };
 }
 crate::registry!(tiers);
+
+impl Tier {
+    /// Whether the tier's algorithm takes partial grants and refunds.
+    pub fn partial(&self) -> bool {
+        self.visit(Partial)
+    }
+
+    /// Whether the tier's algorithm counts in windows (a refund names its
+    /// grant's time).
+    pub fn windowed(&self) -> bool {
+        self.visit(Windowed)
+    }
+
+    /// The registry tag of the tier's algorithm.
+    pub fn tag(&self) -> u8 {
+        self.visit(Tag)
+    }
+}
+
+/// [`Tier::partial`].
+struct Partial;
+
+impl TierVisitor for Partial {
+    type Out = bool;
+    fn tier<A: Listed>(self, _: A::Params) -> bool {
+        <A::Params as Syntax>::PARTIAL
+    }
+}
+
+/// [`Tier::windowed`].
+struct Windowed;
+
+impl TierVisitor for Windowed {
+    type Out = bool;
+    fn tier<A: Listed>(self, _: A::Params) -> bool {
+        <A::Params as Syntax>::WINDOWED
+    }
+}
+
+/// [`Tier::tag`].
+struct Tag;
+
+impl TierVisitor for Tag {
+    type Out = u8;
+    fn tier<A: Listed>(self, _: A::Params) -> u8 {
+        <A as crate::algorithms::Registered>::TAG
+    }
+}
 
 /// What to do with one tier of `RL.ALL`, whichever its algorithm (see
 /// [`Tier::visit`]).

@@ -10,6 +10,7 @@
 //! so a state read from the key cannot be used after it: the compile-fail
 //! examples in `crate::typed_keys` show it.
 
+use std::cell::Cell;
 use std::marker::PhantomData;
 
 pub use super::ffi::key::Holds;
@@ -19,7 +20,7 @@ use super::ffi::{Ctx, KeyName};
 use super::types::{PenalizedStored, Stored};
 use crate::algorithms::expiry::{expiry_at, next_expiry};
 use crate::algorithms::penalty::Stamp;
-use crate::algorithms::Algorithm;
+use crate::algorithms::{Algorithm, State};
 use crate::error::CommandError;
 
 /// A key opened for reading: [`Key::read`].
@@ -82,6 +83,22 @@ impl RawKey for OpenKey<'_> {
 pub struct Key<'a, M, R = OpenKey<'a>> {
     key: R,
     access: PhantomData<(M, &'a ())>,
+    /// The flag of [`Key::one_at_a_time`], cleared when the key closes:
+    /// held for its `Drop` only.
+    _open: Opened<'a>,
+}
+
+/// The flag of [`Key::one_at_a_time`] a key holds, cleared when it goes
+/// (dropped with the key, or when the key is taken apart: `Key::into_raw`).
+struct Opened<'a>(Option<&'a Cell<bool>>);
+
+impl Drop for Opened<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(open) = self.0 {
+            open.set(false);
+        }
+    }
 }
 
 /// A key opened for reading.
@@ -97,6 +114,32 @@ impl<'a> Key<'a, Read> {
     }
 }
 
+impl<'a, M, R: RawKey> Key<'a, M, R> {
+    /// The one way the engine's stores open a key (`super::engine::store`):
+    /// a key of `raw()`, opened as `M` says, unless a key opened through
+    /// the same `open` flag (one per command) is still open, which is
+    /// refused with an error, `raw` not called. So no key is ever open twice
+    /// at once for a command: two opens of one name would lend two `&mut`
+    /// to one state (or a `&` beside a `&mut`), which the names, run-time
+    /// values, cannot rule out by their types. The engine needs one key at
+    /// a time (`RL.ALL` plans, takes and settles its tiers one after the
+    /// other).
+    #[inline(always)]
+    pub(crate) fn one_at_a_time(
+        open: &'a Cell<bool>,
+        raw: impl FnOnce() -> R,
+    ) -> Result<Self, CommandError> {
+        if open.replace(true) {
+            return Err(open_twice());
+        }
+        Ok(Self {
+            key: raw(),
+            access: PhantomData,
+            _open: Opened(Some(open)),
+        })
+    }
+}
+
 impl<M, R: RawKey> Key<'_, M, R> {
     /// What the key is made of, to open again as another [`Key`] (see
     /// `super::engine::store::Store::keep_open`).
@@ -109,6 +152,7 @@ impl<M, R: RawKey> Key<'_, M, R> {
         Self {
             key: raw,
             access: PhantomData,
+            _open: Opened(None),
         }
     }
 
@@ -144,6 +188,22 @@ impl<M, R: RawKey> Key<'_, M, R> {
     /// (penalized, stamped) form, or anything else.
     pub fn holds_form<A: PenalizedStored>(&self) -> Holds<&A, &A::Penalized> {
         self.key.holds::<A, A::Penalized>()
+    }
+
+    /// When the key, holding `A`'s algorithm, is as good as new: its
+    /// state fresh, its penalty (if it has had one) over; `None` when it
+    /// does not exist, `WRONGTYPE` when it holds anything else. What
+    /// [`HeldRef::fresh_at_ms`] says, read off the stored value itself
+    /// (a penalized one knows its end), with no `Option` of the end whose
+    /// undefined payload the optimiser may branch over (memcheck reports
+    /// that jump: `make test-valgrind`).
+    pub fn fresh_at_ms<A: PenalizedStored>(&self) -> Result<Option<i64>, CommandError> {
+        Ok(match self.key.holds::<A, A::Penalized>() {
+            Holds::Nothing => None,
+            Holds::This(state) => Some(state.fresh_at_ms()),
+            Holds::Sibling(penalized) => Some(penalized.fresh_at_ms()),
+            Holds::Other => return Err(CommandError::wrong_type()),
+        })
     }
 
     /// Whether the key holds nothing.
@@ -399,6 +459,13 @@ impl<A: Stored> Held<'_, A> {
         self.until_ms
             .map_or(fresh_at_ms, |until| fresh_at_ms.max(until))
     }
+}
+
+/// [`Key::one_at_a_time`]'s refusal, kept off the path of every open.
+#[cold]
+#[inline(never)]
+fn open_twice() -> CommandError {
+    CommandError::key_open_twice()
 }
 
 thread_local! {

@@ -13,8 +13,8 @@
 use std::cell::Cell;
 
 use super::config::expiry_slack_ms;
-use super::ffi::replicate::{replicate_swapped, replicate_words, KeptString};
 use super::ffi::key::{KeptKey, OpenKey};
+use super::ffi::replicate::{replicate_swapped, replicate_words, KeptString};
 use super::ffi::{now_ms, Args, Ctx, KeyName};
 use crate::replay::{Command, Header};
 
@@ -65,6 +65,9 @@ pub struct Run<'a> {
     /// A key opened for writing, kept for the next opening of its name in
     /// this command (`Store::keep_open`).
     open: Cell<Option<KeptKey>>,
+    /// Whether a key opened through this run is open (see
+    /// `super::key::Key::one_at_a_time`).
+    pub key_open: Cell<bool>,
 }
 
 impl<'a> Run<'a> {
@@ -92,6 +95,7 @@ impl<'a> Run<'a> {
             },
             changed: Cell::new(false),
             open: Cell::new(None),
+            key_open: Cell::new(false),
         }
     }
 
@@ -109,6 +113,7 @@ impl<'a> Run<'a> {
             },
             changed: Cell::new(false),
             open: Cell::new(None),
+            key_open: Cell::new(false),
         }
     }
 
@@ -125,6 +130,7 @@ impl<'a> Run<'a> {
             },
             changed: Cell::new(false),
             open: Cell::new(None),
+            key_open: Cell::new(false),
         }
     }
 
@@ -137,6 +143,7 @@ impl<'a> Run<'a> {
             origin: Origin::Replay,
             changed: Cell::new(false),
             open: Cell::new(None),
+            key_open: Cell::new(false),
         }
     }
 

@@ -7,11 +7,11 @@
 
 use super::ffi::random_hex;
 use super::stats::{self, Counted, Counter};
+use crate::algorithms::penalty::Stamp;
 use crate::algorithms::Mode;
 use crate::error::CommandError;
-use crate::parse::{self, AcquireArgs, AllArgs, CheckOptions, Tier};
-use crate::algorithms::penalty::Stamp;
 use crate::parse::policy::OnChange;
+use crate::parse::{self, AcquireArgs, AllArgs, CheckOptions, Tier};
 use crate::policies::Counters;
 use crate::redis_cell::ClThrottleArgs;
 use crate::replay::Command;
@@ -171,7 +171,7 @@ const DRAWN_ID_LEN: usize = 32;
 /// The counter of the algorithm of `tier`, made from the registry.
 macro_rules! counter_of {
     (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
         others { $($others:tt)* }
     ) => {
         fn counter_of(tier: &Tier) -> &'static Counter {

@@ -109,7 +109,7 @@ pub trait Counted {
 /// then the other commands that decide requests.
 macro_rules! counters {
     (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
         others { $($others:tt)* }
     ) => {
         $(impl Counted for crate::algorithms::$module::$ty {
@@ -143,8 +143,8 @@ fn held<A: TypedValue>() -> u64 {
 /// expired keys Redis has not reclaimed yet.
 macro_rules! key_counts {
     (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
-        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal;)* }
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
+        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal $(, $omore:tt)*;)* }
     ) => {
         fn key_counts(add: &mut dyn FnMut(&'static CStr, u64)) {
             let mut all = 0;

@@ -69,8 +69,8 @@ fn peek_of<A: Algorithm>(state: &A, now_ms: i64) -> Decision {
 /// registry), the list of them all, and the dispatch on a state's tag.
 macro_rules! stored_types {
     (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
-        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal;)* }
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
+        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal $(, $omore:tt)*;)* }
     ) => {
         $(value_type!(crate::algorithms::$module::$ty, $type_name);
         value_type!(

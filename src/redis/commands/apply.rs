@@ -14,9 +14,9 @@ use super::all::{declare_keys, keys};
 use super::policy::{replayed_definition, request_of};
 use super::refund::refund;
 use crate::error::CommandError;
-use std::sync::Arc;
 use crate::parse;
 use crate::replay::{Command, Header};
+use std::sync::Arc;
 
 command! {
     /// `RL.APPLY key <header><word> [word ...]`: a replay of a command on one
@@ -99,8 +99,7 @@ fn apply_check_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
             return Err(CommandError::invalid_state("not a replay of RL.CHECK"));
         }
         let run = Run::replay(ctx, &header);
-        let (stamp, definition) =
-            replayed_definition(words.first().copied().unwrap_or_default())?;
+        let (stamp, definition) = replayed_definition(words.first().copied().unwrap_or_default())?;
         let n = definition.tiers.len();
         let keys: Vec<_> = (2..2 + n).filter_map(|i| args.key(i)).collect();
         if keys.len() != n {

@@ -133,7 +133,7 @@ fn check_command<A: Checked>() -> Command {
 
 macro_rules! check_commands {
     (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
         others { $($others:tt)* }
     ) => {
         /// One check command per algorithm, in registry order.

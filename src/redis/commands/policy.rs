@@ -13,10 +13,10 @@ use super::super::ffi::{command, writes_paused, Args, Ctx, KeyName, Status};
 use super::super::replicate::Run;
 use super::super::request::Request;
 use super::super::respond::respond;
+use crate::algorithms::penalty::Stamp;
 use crate::error::{shown, CommandError};
 use crate::parse::policy::{check_request_options, definition, name, version, Definition};
 use crate::parse::AllArgs;
-use crate::algorithms::penalty::Stamp;
 use crate::policies::{split_replayed, store, Changed};
 use crate::replay::Command;
 

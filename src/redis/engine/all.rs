@@ -1,32 +1,20 @@
 //! `RL.ALL`'s tiers: every tier checked at one instant; the request is
 //! taken from all of them or from none. A tier whose key is under a
 //! penalty denies; with `PENALTY`, the tiers that denied on their own get
-//! one.
+//! one. Each tier goes through the steps of one key's check
+//! (`super::check`): planned, then taken or settled.
 
-use super::store::{store, Store};
-use super::{penalty_of, turn_of, Checked};
-use crate::algorithms::penalty;
+use super::check::{denial, held_until, on_tier, plan, settle, take, Memory, OnTier, Plan, Took};
+use super::store::Store;
+use super::{penalty_of, Checked};
 use crate::algorithms::{Decision, Mode};
 use crate::error::CommandError;
-use crate::parse::{AllArgs, Tier};
+use crate::parse::AllArgs;
 
-/// Stores what a tier took, once every tier has allowed.
-type Commit<'a, S> = Box<dyn FnOnce(&S, <S as Store>::Name) -> Result<(), CommandError> + 'a>;
-
-/// What one tier decided, and how to store what it took, not yet done.
-struct Planned<'a, S: Store> {
-    decision: Decision,
-    commit: Option<Commit<'a, S>>,
-    /// Whether the commit creates the key or grows its state.
-    grows: bool,
-    /// Whether the tier's key is under a penalty (which denied).
-    penalized: bool,
-}
-
-/// `RL.ALL`'s tiers on `keys`, in `mode`: every tier decides at one
+/// `RL.ALL`'s tiers on `keys`, in `mode`: every tier is planned at one
 /// instant, before anything is written, so that a WRONGTYPE or a denial on
 /// any tier leaves every key as it was; only when every tier allows is the
-/// request taken from all.
+/// request taken from all (each as its own check would take it).
 pub fn all<S: Store>(
     run: &S,
     keys: &[S::Name],
@@ -34,59 +22,64 @@ pub fn all<S: Store>(
     mode: Mode,
 ) -> Result<(Decision, Vec<Decision>), CommandError> {
     let cost = parsed.options.cost;
-    let mut planned = Vec::with_capacity(keys.len());
+    let mut plans = Vec::with_capacity(keys.len());
     for (tier, &key_name) in parsed.tiers.iter().zip(keys) {
-        planned.push(plan_tier(run, key_name, tier, cost, mode)?);
+        plans.push(on_tier(
+            tier,
+            Planning {
+                run,
+                key_name,
+                cost,
+            },
+        )?);
     }
-    let mut decisions: Vec<Decision> = planned.iter().map(|p| p.decision).collect();
+    let mut decisions: Vec<Decision> = plans.iter().map(|p| p.decision).collect();
+    if mode == Mode::Peek {
+        return Ok((Decision::all_of(&decisions), decisions));
+    }
     if Decision::all_of(&decisions).allowed {
-        if mode == Mode::Take && planned.iter().any(|p| p.grows) {
+        if plans.iter().any(|p| p.grows) {
             run.out_of_memory()?;
         }
-        for (tier, &key_name) in planned.into_iter().zip(keys) {
-            if let Some(commit) = tier.commit {
-                commit(run, key_name)?;
-            }
+        for ((decision, tier), &key_name) in decisions.iter_mut().zip(&parsed.tiers).zip(keys) {
+            *decision = on_tier(
+                tier,
+                Taking {
+                    run,
+                    key_name,
+                    cost,
+                },
+            )?;
         }
-    } else if mode == Mode::Take {
-        // Nothing was taken: a tier that would have allowed reports what
-        // it holds now, as a peek does; a tier that denied on its own gets
-        // the penalty, if one was asked; every key keeps its expiry in its
-        // band, and, when the request waits, until its turn (`turn_of`:
-        // when all its tiers allow), or until its state is new under the
-        // request's parameters, if sooner (past that a new key answers the
-        // same).
+    } else {
+        // Nothing is taken: a tier that would have allowed reports what it
+        // holds now, as a peek does (its plan); a tier that denied on its
+        // own gets the penalty, if one was asked; every key keeps its
+        // expiry in its band, and, when the request waits, until its turn
+        // (`held_until`).
         let penalty_ms = penalty_of(&parsed.options);
         // Each tier's penalty end, `NO_PENALTY` for none: plain integers, so
         // no `None` with undefined payload bytes sits in the heap (valgrind
         // flags the branch the optimiser builds over such a payload).
         let mut penalties: Vec<i64> = Vec::with_capacity(keys.len());
-        for (((decision, planned), tier), &key_name) in decisions
-            .iter_mut()
-            .zip(&planned)
-            .zip(&parsed.tiers)
-            .zip(keys)
-        {
-            if decision.allowed {
-                *decision = plan_tier(run, key_name, tier, cost, Mode::Peek)?.decision;
-            }
-            let starts =
-                penalty_ms.filter(|_| !planned.penalized && penalty::starts(decision, mode));
-            let until_ms = starts.map(|ms| penalty::ends_at(run.now_ms(), ms));
-            if let Some(until_ms) = until_ms {
-                *decision = penalty::denied_until(until_ms, run.now_ms(), *decision);
-            }
+        for (decision, plan) in decisions.iter_mut().zip(&plans) {
+            let (denied, until_ms) = denial(run.now_ms(), *decision, plan.penalized, penalty_ms);
+            *decision = denied;
             penalties.push(until_ms.unwrap_or(NO_PENALTY));
         }
         let combined = Decision::all_of(&decisions);
-        let turn_ms = turn_of(&combined, run.now_ms(), parsed.options.block_ms);
         for (((tier, &key_name), until_ms), decision) in
             parsed.tiers.iter().zip(keys).zip(penalties).zip(&decisions)
         {
-            let new_at_ms = run.now_ms().saturating_add(decision.reset_after_ms);
-            let held_ms = turn_ms.map(|turn_ms| turn_ms.min(new_at_ms));
-            let until_ms = (until_ms != NO_PENALTY).then_some(until_ms);
-            settle_tier(run, key_name, tier, until_ms, held_ms)?;
+            on_tier(
+                tier,
+                Settling {
+                    run,
+                    key_name,
+                    until_ms: (until_ms != NO_PENALTY).then_some(until_ms),
+                    held_ms: held_until(run.now_ms(), decision, &combined, parsed.options.block_ms),
+                },
+            )?;
         }
     }
     Ok((Decision::all_of(&decisions), decisions))
@@ -95,109 +88,74 @@ pub fn all<S: Store>(
 /// No penalty starts on this tier (see `all`).
 const NO_PENALTY: i64 = i64::MIN;
 
-/// Plans the tier of the algorithm `tier` names, made from the registry so
-/// every algorithm has its arm and no other.
-macro_rules! plan_tier {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
-        others { $($others:tt)* }
-    ) => {
-        fn plan_tier<'a, S: Store + 'a>(
-            run: &S,
-            key_name: S::Name,
-            tier: &Tier,
-            cost: u64,
-            mode: Mode,
-        ) -> Result<Planned<'a, S>, CommandError> {
-            match *tier {
-                $(Tier::$ty(params) => {
-                    plan::<S, crate::algorithms::$module::$ty>(run, key_name, params, cost, mode)
-                })*
-            }
-        }
-
-        /// Gives a tier's key the penalty that starts, if one does, and
-        /// puts its expiry in its band, if it holds that tier's state, kept
-        /// at least until `turn_ms` (a waiting request's turn).
-        fn settle_tier<S: Store>(
-            run: &S,
-            key_name: S::Name,
-            tier: &Tier,
-            penalty_until: Option<i64>,
-            turn_ms: Option<i64>,
-        ) -> Result<(), CommandError> {
-            match *tier {
-                $(Tier::$ty(_) => {
-                    settle::<S, crate::algorithms::$module::$ty>(run, key_name, penalty_until, turn_ms)
-                })*
-            }
-        }
-    };
-}
-crate::registry!(plan_tier);
-
-fn plan<'a, S: Store + 'a, A: Checked>(
-    run: &S,
+/// A tier's [`plan`].
+struct Planning<'r, S: Store> {
+    run: &'r S,
     key_name: S::Name,
-    params: A::Params,
     cost: u64,
-    mode: Mode,
-) -> Result<Planned<'a, S>, CommandError> {
-    let key = run.read(key_name);
-    let held = key.held_ref::<A>()?;
-    if let Some(until_ms) = held
-        .as_ref()
-        .and_then(|h| h.until_ms)
-        .and_then(|until| penalty::in_force(until, run.now_ms()))
-    {
-        let state = held.map(|h| h.state);
-        let (own, _) = A::check_with(state, params, run.now_ms(), cost, Mode::Peek);
-        return Ok(Planned {
-            decision: penalty::denied_until(until_ms, run.now_ms(), own),
-            commit: None,
-            grows: false,
-            penalized: true,
-        });
-    }
-    let stored = held.map(|h| h.state);
-    let grows = match stored {
-        Some(state) => state.grows_with(params, run.now_ms(), cost),
-        None => true,
-    };
-    let (decision, next) = A::check_with(stored, params, run.now_ms(), cost, mode);
-    Ok(Planned {
-        grows: grows && next.is_some(),
-        decision,
-        penalized: false,
-        commit: next.map(|next| {
-            Box::new(move |run: &S, key_name: S::Name| {
-                let mut key = run.write(key_name);
-                store(run, &mut key, key_name, next)
-            }) as Commit<'a, S>
-        }),
-    })
 }
 
-fn settle<S: Store, A: Checked>(
-    run: &S,
+impl<S: Store> OnTier for Planning<'_, S> {
+    type Out = Result<Plan, CommandError>;
+    fn on<A: Checked>(self, params: A::Params) -> Self::Out {
+        plan::<S, A>(self.run, self.key_name, params, self.cost)
+    }
+}
+
+/// A tier's [`take`], once every tier allowed and the memory it needs was
+/// checked: the tier's decision, the request taken.
+struct Taking<'r, S: Store> {
+    run: &'r S,
     key_name: S::Name,
-    penalty_until: Option<i64>,
-    turn_ms: Option<i64>,
-) -> Result<(), CommandError> {
-    let mut key = run.write(key_name);
-    let Some(before_ms) = key.held_ref::<A>()?.map(|held| held.fresh_at_ms()) else {
-        return Ok(());
-    };
-    if let Some(until_ms) = penalty_until {
-        key.penalize::<A>(until_ms, run.now_ms())?;
-        A::counter().penalized();
+    cost: u64,
+}
+
+impl<S: Store> OnTier for Taking<'_, S> {
+    type Out = Result<Decision, CommandError>;
+    fn on<A: Checked>(self, params: A::Params) -> Self::Out {
+        let mut key = self.run.write(self.key_name)?;
+        match take::<S, A>(
+            self.run,
+            &mut key,
+            self.key_name,
+            params,
+            self.cost,
+            Memory::Checked,
+        )? {
+            Took::Taken(decision) => Ok(decision),
+            Took::Denied(denied) => {
+                // The plan allowed at this very instant on this very state,
+                // and a peek allows exactly what a take does.
+                debug_assert!(false, "a planned allow denied: {denied:?}");
+                Ok(denied.decision)
+            }
+        }
     }
-    let fresh_at_ms = [penalty_until, turn_ms]
-        .into_iter()
-        .flatten()
-        .fold(before_ms, i64::max);
-    if key.settle_expiry(fresh_at_ms, run.expiry_slack_ms()) || penalty_until.is_some() {
-        run.written(key_name);
+}
+
+/// A tier's [`settle`] after the request was denied, if its key holds the
+/// tier's state.
+struct Settling<'r, S: Store> {
+    run: &'r S,
+    key_name: S::Name,
+    until_ms: Option<i64>,
+    held_ms: Option<i64>,
+}
+
+impl<S: Store> OnTier for Settling<'_, S> {
+    type Out = Result<(), CommandError>;
+    fn on<A: Checked>(self, _params: A::Params) -> Self::Out {
+        let mut key = self.run.write(self.key_name)?;
+        let Some(fresh_at_ms) = key.fresh_at_ms::<A>()? else {
+            return Ok(());
+        };
+        settle::<S, A>(
+            self.run,
+            &mut key,
+            self.key_name,
+            fresh_at_ms,
+            self.until_ms,
+            self.held_ms,
+        )
     }
-    Ok(())
 }

@@ -17,7 +17,7 @@ pub fn acquire(
     params: LeaseParams,
     id: &[u8],
 ) -> Result<Decision, CommandError> {
-    let mut key = run.write(key_name);
+    let mut key = run.write(key_name)?;
     match key.value::<Leases>()? {
         Some(leases) => {
             if leases.would_add(params, run.now_ms(), id) {
@@ -48,7 +48,7 @@ pub fn peek(
     key_name: KeyName<'_>,
     params: LeaseParams,
 ) -> Result<Decision, CommandError> {
-    let key = run.read(key_name);
+    let key = run.read(key_name)?;
     match key.get::<Leases>() {
         Some(leases) => Ok(leases.peek_with(params, run.now_ms())),
         None if key.is_empty() => {
@@ -70,7 +70,7 @@ pub fn release(
         return Err(CommandError::Arity);
     };
     let id = parse::lease_id(id)?;
-    let mut key = run.write(key_name);
+    let mut key = run.write(key_name)?;
     let Some(leases) = key.value::<Leases>()? else {
         return Ok(false);
     };

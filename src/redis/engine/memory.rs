@@ -70,6 +70,8 @@ pub struct Memory {
     written: RefCell<Vec<&'static str>>,
     /// Whether the server would refuse a write that needs memory now.
     full: Cell<bool>,
+    /// Whether a key is open (`Key::one_at_a_time`).
+    key_open: Cell<bool>,
 }
 
 impl Memory {
@@ -140,9 +142,9 @@ impl Memory {
     }
 }
 
-/// One key of [`Memory`], open: the whole map is held while it is, so a
-/// second key opened at the same time panics (the engine opens one at a
-/// time).
+/// One key of [`Memory`], open: the whole map is held while it is (a
+/// second key opened at the same time is refused before, by
+/// `Key::one_at_a_time`, as the server's are).
 pub struct MemoryKey<'s> {
     keys: RefMut<'s, Map>,
     name: &'static str,
@@ -222,12 +224,12 @@ impl Store for Memory {
         self.slack_ms
     }
 
-    fn read(&self, name: &'static str) -> Key<'_, Read, MemoryKey<'_>> {
-        Key::made_of(self.open(name))
+    fn read(&self, name: &'static str) -> Result<Key<'_, Read, MemoryKey<'_>>, CommandError> {
+        Key::one_at_a_time(&self.key_open, || self.open(name))
     }
 
-    fn write(&self, name: &'static str) -> Key<'_, Write, MemoryKey<'_>> {
-        Key::made_of(self.open(name))
+    fn write(&self, name: &'static str) -> Result<Key<'_, Write, MemoryKey<'_>>, CommandError> {
+        Key::one_at_a_time(&self.key_open, || self.open(name))
     }
 
     fn out_of_memory(&self) -> Result<(), CommandError> {

@@ -108,7 +108,9 @@ pub fn before<'a, S: Store + 'a>(
     let keep = false;
     let mut planned = Vec::with_capacity(tiers.len());
     for (tier, &key_name) in tiers.iter().zip(keys) {
-        planned.push(plan_tier(run, key_name, tier, stamp, on_change, mode, cost, keep)?);
+        planned.push(plan_tier(
+            run, key_name, tier, stamp, on_change, mode, cost, keep,
+        )?);
     }
     if mode == Mode::Peek {
         if planned.iter().any(|p| p.migrated) {
@@ -201,7 +203,7 @@ fn plan<'a, S: Store + 'a, B: Checked>(
         // Opened for writing, so that when nothing is to be done the
         // decision can use this very key (`Store::keep_open`): one lookup
         // a check, not two.
-        let mut key = run.write(key_name);
+        let mut key = run.write(key_name)?;
         if keep && key.is_empty() {
             // A new key of a one-tier policy: made in its stamped form
             // right away, a fresh state, when the request will take from
@@ -210,7 +212,10 @@ fn plan<'a, S: Store + 'a, B: Checked>(
             // that it is not stored plain, then looked up again to be
             // stamped. A request a fresh state denies makes no key.
             let now_ms = run.now_ms();
-            if B::check_with(None, params, now_ms, cost, Mode::Take).1.is_some() {
+            if B::check_with(None, params, now_ms, cost, Mode::Take)
+                .1
+                .is_some()
+            {
                 run.out_of_memory()?;
                 key.set(B::extended(0, stamp, B::fresh(params, now_ms)))?;
             }
@@ -223,7 +228,7 @@ fn plan<'a, S: Store + 'a, B: Checked>(
             }
         })
     } else {
-        plan_on::<S, B, _>(run, run.read(key_name), now, drop)
+        plan_on::<S, B, _>(run, run.read(key_name)?, now, drop)
     }
 }
 
@@ -245,16 +250,22 @@ fn plan_on<'a, 'k, S: Store + 'a, B: Checked, M>(
             let changed = state.params() != params;
             if own == stamp && !changed {
                 // The usual check: nothing to do.
-                current = Some(peek_in(mode, Some((state, Some(until_ms))), params, now_ms, cost));
+                current = Some(peek_in(
+                    mode,
+                    Some((state, Some(until_ms))),
+                    params,
+                    now_ms,
+                    cost,
+                ));
                 (None, false)
             } else {
                 match on_change {
-                OnChange::Scale if changed && own.policy == stamp.policy => {
-                    let next = migrated::<B, B>(state, params, now_ms, OnChange::Scale);
-                    (Some(Some(B::extended(until_ms, stamp, next))), false)
-                }
-                OnChange::Reset if changed && own.policy == stamp.policy => (Some(None), false),
-                _ => (None, true),
+                    OnChange::Scale if changed && own.policy == stamp.policy => {
+                        let next = migrated::<B, B>(state, params, now_ms, OnChange::Scale);
+                        (Some(Some(B::extended(until_ms, stamp, next))), false)
+                    }
+                    OnChange::Reset if changed && own.policy == stamp.policy => (Some(None), false),
+                    _ => (None, true),
                 }
             }
         }
@@ -279,13 +290,17 @@ fn plan_on<'a, 'k, S: Store + 'a, B: Checked, M>(
     }
     if restamp {
         let peek = match (mode, key.held_ref::<B>()?) {
-            (Mode::Peek, Some(held)) => {
-                Some(penalty::peek_stored(held.state, held.until_ms, params, now_ms, cost))
-            }
+            (Mode::Peek, Some(held)) => Some(penalty::peek_stored(
+                held.state,
+                held.until_ms,
+                params,
+                now_ms,
+                cost,
+            )),
             _ => None,
         };
         let write: Write<'a, S> = Box::new(move |run: &S, key_name: S::Name| {
-            let mut key = run.write(key_name);
+            let mut key = run.write(key_name)?;
             key.stamp::<B>(stamp, run.now_ms())?;
             run.written(key_name);
             Ok(())
@@ -301,7 +316,7 @@ fn plan_on<'a, 'k, S: Store + 'a, B: Checked, M>(
             });
             Planned {
                 before: Some(Box::new(move |run: &S, key_name: S::Name| {
-                    let mut key = run.write(key_name);
+                    let mut key = run.write(key_name)?;
                     let fresh_at_ms = {
                         let (state, until_ms) = B::parts_ref(&extended);
                         crate::algorithms::State::fresh_at_ms(state).max(until_ms)
@@ -318,7 +333,7 @@ fn plan_on<'a, 'k, S: Store + 'a, B: Checked, M>(
         }
         None => Planned {
             before: Some(Box::new(|run: &S, key_name: S::Name| {
-                run.write(key_name).delete();
+                run.write(key_name)?.delete();
                 run.written(key_name);
                 Ok(())
             })),
@@ -357,7 +372,7 @@ fn peek_in<B: Algorithm>(
 /// After the decision on a missing key: the state it created, stamped.
 fn stamp_created<'a, S: Store + 'a, B: Checked>(stamp: Stamp) -> Write<'a, S> {
     Box::new(move |run: &S, key_name: S::Name| {
-        let mut key = run.write(key_name);
+        let mut key = run.write(key_name)?;
         if let Holds::This(_) = key.holds_form::<B>() {
             key.stamp::<B>(stamp, run.now_ms())?;
         }

@@ -9,9 +9,9 @@ pub mod all;
 pub mod check;
 pub mod decide;
 pub mod leases;
-pub mod migrate;
 #[cfg(test)]
 mod memory;
+pub mod migrate;
 pub mod store;
 #[cfg(test)]
 mod tests;

@@ -26,10 +26,13 @@ pub trait Store {
     fn now_ms(&self) -> i64;
     /// `ratelimit.expiry-slack` as the command runs it.
     fn expiry_slack_ms(&self) -> u32;
-    /// Opens `name` for reading.
-    fn read(&self, name: Self::Name) -> Key<'_, Read, Self::Raw<'_>>;
-    /// Opens `name` for reading and writing.
-    fn write(&self, name: Self::Name) -> Key<'_, Write, Self::Raw<'_>>;
+    /// Opens `name` for reading. One key at a time: refused while a key
+    /// opened here is still open (see `Key::one_at_a_time`).
+    fn read(&self, name: Self::Name) -> Result<Key<'_, Read, Self::Raw<'_>>, CommandError>;
+    /// Opens `name` for reading and writing. One key at a time: refused
+    /// while a key opened here is still open, so a state is never lent
+    /// twice (see `Key::one_at_a_time`).
+    fn write(&self, name: Self::Name) -> Result<Key<'_, Write, Self::Raw<'_>>, CommandError>;
     /// Refuses a request that would take more memory when Redis would
     /// refuse a write of its own (see `super::super::memory`): Redis's own
     /// OOM error, as for a command flagged `deny-oom`. Replays are never
@@ -61,18 +64,20 @@ impl<'a> Store for Run<'a> {
         self.expiry_slack_ms
     }
 
-    fn read(&self, name: KeyName<'a>) -> Key<'_, Read, OpenKey<'a>> {
-        match self.take_open(name) {
-            Some(open) => Key::made_of(open),
-            None => Key::made_of(OpenKey::open(self.ctx, name, false)),
-        }
+    #[inline]
+    fn read(&self, name: KeyName<'a>) -> Result<Key<'_, Read, OpenKey<'a>>, CommandError> {
+        Key::one_at_a_time(&self.key_open, || {
+            self.take_open(name)
+                .unwrap_or_else(|| OpenKey::open(self.ctx, name, false))
+        })
     }
 
-    fn write(&self, name: KeyName<'a>) -> Key<'_, Write, OpenKey<'a>> {
-        match self.take_open(name) {
-            Some(open) => Key::made_of(open),
-            None => Key::made_of(OpenKey::open(self.ctx, name, true)),
-        }
+    #[inline]
+    fn write(&self, name: KeyName<'a>) -> Result<Key<'_, Write, OpenKey<'a>>, CommandError> {
+        Key::one_at_a_time(&self.key_open, || {
+            self.take_open(name)
+                .unwrap_or_else(|| OpenKey::open(self.ctx, name, true))
+        })
     }
 
     fn keep_open(&self, name: KeyName<'a>, key: Key<'_, Write, OpenKey<'a>>) {

@@ -229,3 +229,127 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// The maxmemory rule of one key's check is `RL.ALL`'s (one tier of
+    /// it): at `maxmemory`, only a request that would be taken and would
+    /// create the key or grow its state (a new entry of a sliding log) is
+    /// refused, and it changes nothing; anything else (a denial of a log
+    /// that a take would grow included) is decided and stored exactly as
+    /// with memory free, and answered as `RL.ALL` of that one tier answers.
+    #[test]
+    fn one_keys_check_at_maxmemory_refuses_only_what_needs_memory(
+        tier in tier(),
+        steps in proptest::collection::vec((0i64..700, 1u64..4, any::<bool>()), 1..40),
+    ) {
+        let key = KEYS[0];
+        let memory = Memory::at(T0, 0);
+        let mut words: Vec<String> = vec!["1".into(), key.into()];
+        words.extend(tier.iter().cloned());
+        let words: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+        let parsed = parse::all(&words).expect("parses");
+        let tier = &parsed.tiers[0];
+        let mut now = T0;
+        for (dt, cost, full) in steps {
+            now += dt;
+            memory.set_now(now);
+            let before = memory.seen(key);
+            let free = memory.copy();
+            let unlimited = apply_tier(&free, key, tier, cost, Mode::Take, None, None)
+                .expect("a check with memory free");
+            let with_free = free.seen(key);
+            let mut as_all = parsed.clone();
+            as_all.options.cost = cost;
+            let one_tier = memory.copy();
+            one_tier.set_full(full);
+            let all_of_one = all(&one_tier, &KEYS[..1], &as_all, Mode::Take);
+            memory.set_full(full);
+            let result = apply_tier(&memory, key, tier, cost, Mode::Take, None, None);
+            memory.set_full(false);
+            match result {
+                Err(_) => {
+                    prop_assert!(full, "refused with memory free");
+                    prop_assert!(unlimited.allowed, "refused a denial");
+                    prop_assert_eq!(memory.seen(key), before, "a refused check changed the key");
+                    prop_assert!(all_of_one.is_err(), "RL.ALL of the one tier answered");
+                }
+                Ok(decision) => {
+                    prop_assert_eq!(decision, unlimited);
+                    prop_assert_eq!(memory.seen(key), with_free);
+                    prop_assert_eq!(all_of_one.expect("RL.ALL of the one tier").0, decision);
+                }
+            }
+        }
+    }
+}
+
+/// A key opened through a store (the server's, or these keys in memory)
+/// while another is still open is refused, the same name or another, to
+/// write or to read: one name opened twice would lend its state twice (two
+/// `&mut`). Once the first key is closed, keys open again.
+#[test]
+fn a_key_is_never_opened_while_another_is_open() {
+    use super::store::Store;
+    use crate::error::CommandError;
+    let memory = Memory::at(T0, 0);
+    let first = memory.write(KEYS[0]).expect("the first key opens");
+    for name in [KEYS[0], KEYS[1]] {
+        assert_eq!(
+            memory.write(name).err(),
+            Some(CommandError::key_open_twice()),
+            "{name} opened to write beside an open key"
+        );
+        assert_eq!(
+            memory.read(name).err(),
+            Some(CommandError::key_open_twice()),
+            "{name} opened to read beside an open key"
+        );
+    }
+    drop(first);
+    let read = memory
+        .read(KEYS[0])
+        .expect("opens once the first is closed");
+    assert!(memory.write(KEYS[0]).is_err(), "written beside a read key");
+    drop(read);
+    assert!(memory.write(KEYS[1]).is_ok());
+}
+
+/// `RL.ALL` takes from a tier as that tier's own check does, a key that
+/// has had a penalty included: after the penalty is over, both take from
+/// the state in place, and the key keeps its penalized form (the end of
+/// its latest penalty, until it expires), with the same expiry.
+#[test]
+fn rl_all_takes_from_a_key_that_had_a_penalty_as_its_own_check_does() {
+    let key = KEYS[0];
+    let words: Vec<&[u8]> = ["1", key, "TOKENBUCKET", "2", "1"]
+        .iter()
+        .map(|w| w.as_bytes())
+        .collect();
+    let parsed = parse::all(&words).expect("parses");
+    let tier = &parsed.tiers[0];
+    let memory = Memory::at(T0, 0);
+    let take =
+        |cost, penalty_ms| apply_tier(&memory, key, tier, cost, Mode::Take, penalty_ms, None);
+    assert!(take(1, None).expect("check").allowed);
+    assert!(
+        !take(2, Some(100)).expect("check").allowed,
+        "denied, a penalty starts"
+    );
+    // The penalty is over, the key not yet fresh (nor expired): 1.5 tokens.
+    memory.set_now(T0 + 500);
+    let alone = memory.only(key);
+    let single = apply_tier(&alone, key, tier, 1, Mode::Take, None, None).expect("check");
+    let (combined, _) = all(&memory, &KEYS[..1], &parsed, Mode::Take).expect("RL.ALL");
+    assert!(single.allowed && combined.allowed);
+    let after = memory.seen(key);
+    assert_eq!(
+        after,
+        alone.seen(key),
+        "RL.ALL stored otherwise than the check"
+    );
+    assert_eq!(
+        after.and_then(|(bytes, _)| bytes.first().copied()),
+        Some(PENALTY_TAG),
+        "the penalized form was dropped"
+    );
+}

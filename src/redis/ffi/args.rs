@@ -17,7 +17,6 @@ pub struct KeyName<'a> {
 }
 
 impl<'a> KeyName<'a> {
-
     /// # Safety
     /// `ptr` must be a live string object for `'a`.
     pub(super) unsafe fn from_raw(ptr: *mut raw::RedisModuleString) -> Self {
