@@ -452,6 +452,29 @@ def test_sync_applies_then_a_second_run_changes_nothing(clean: redis.Redis) -> N
     assert RateLimiter(clean).check("u", NamedPolicy("plan:free")).limit == 200
 
 
+def test_sync_with_a_scale_strategy_scales_a_key_on_the_next_check(clean: redis.Redis) -> None:
+    # The structured form's on_change reaches the module (SCALE and RESET
+    # are taken since keys record their policy version), and a second sync
+    # of the same file is no change.
+    plan = {"tiers": [{"algorithm": "fixedwindow", "limit": 10, "window": "1h"}]}
+    sync_policies(clean, {"plan:s": dict(plan, on_change="scale")})
+    assert [w.decode() for w in cmd(clean, "RL.POLICY", "GET", "plan:s")[2]][-2:] == [
+        "ON-CHANGE",
+        "SCALE",
+    ]
+    assert sync_policies(clean, {"plan:s": dict(plan, on_change="scale")}).by_status(
+        "unchanged"
+    ) == ["plan:s"]
+    limiter = RateLimiter(clean)
+    for _ in range(4):
+        limiter.check("u", NamedPolicy("plan:s"))
+    raised = {"tiers": [{"algorithm": "fixedwindow", "limit": 20, "window": "1h"}]}
+    sync_policies(clean, {"plan:s": dict(raised, on_change="scale")})
+    # 6 of 10 left becomes 12 of 20, and this check takes one.
+    decision = limiter.check("u", NamedPolicy("plan:s"))
+    assert (decision.limit, decision.remaining) == (20, 11)
+
+
 def test_sync_from_a_file_with_prune_and_dry_run(clean: redis.Redis, tmp_path: Path) -> None:
     define(clean, "plan:legacy", "FIXEDWINDOW", 1, "1h")
     path = tmp_path / "plans.json"
