@@ -113,8 +113,8 @@ export class FairSplit {
       if (now < this.nextAsk) return 0;
       // One interval of its own demand, then one interval and a random part of another.
       want = Math.ceil(demand * this.intervalMs) - held;
-      const u = this.random();
-      if (!(u >= 0 && u < 1)) throw new RangeError(`random() must return a number in [0, 1), not ${String(u)}`);
+      // (kept in [0, 1) whatever an injected `random` returns: this runs on a timer, where a throw would end the process)
+      const u = Math.min(Math.max(Number(this.random()) || 0, 0), 1 - Number.EPSILON);
       this.nextAsk = now + this.intervalMs * (1 + u);
     } else if (held < demand * this.intervalMs) {
       // Enough for two intervals: one to use, one to refill in.
@@ -140,7 +140,7 @@ export class FairSplit {
     if (grant.granted === 0) this.emptyUntil = now + Math.max(grant.retryAfterMs, this.intervalMs / 2);
   }
 
-  /** Whether an ask at `now` is held back (scarce before its cadence, or the limit spent): a request then neither wakes the loop nor asks itself. */
+  /** Whether asks are held back at `now` (scarce: only at its cadence; or the limit spent): a request then neither wakes the loop nor asks itself. */
   waiting(now: number): boolean {
     return this.scarce || now < this.emptyUntil;
   }

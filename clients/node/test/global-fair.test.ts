@@ -118,9 +118,13 @@ describe("FairSplit, the scarce mode's decisions", () => {
       now = fair.nextAsk;
     }
     assert.deepEqual(gaps, [20, 25, 39.98]);
-    const bad = new FairSplit(INTERVAL, 1000, () => 1);
-    bad.granted(0, 10, { granted: 5, remaining: 0, retryAfterMs: 0 });
-    assert.throws(() => bad.want(20, DEMAND, 0), /random\(\) must return a number in \[0, 1\)/);
+    // Whatever it returns, the next ask stays within [1, 2) intervals.
+    for (const odd of [1, 5, -1, Number.NaN]) {
+      const bad = new FairSplit(INTERVAL, 1000, () => odd);
+      bad.granted(0, 10, { granted: 5, remaining: 0, retryAfterMs: 0 });
+      assert.ok(bad.want(20, DEMAND, 0) > 0);
+      assert.ok(bad.nextAsk >= 40 && bad.nextAsk < 60, `${odd}: ${bad.nextAsk}`);
+    }
     assert.throws(() => new GlobalLimit(redis, "fair:x", bucket, { random: 0.5 as never }), /random must be a function/);
   });
 
