@@ -51,7 +51,9 @@ interface ChildResult {
 
 /** `procs` processes, each with its own GlobalLimit on `key`, all starting together (at `startAt`, default in 1.5 s). */
 async function share(args: Omit<ChildArgs, "port" | "startAt"> & { startAt?: number }, procs: number): Promise<ChildResult[]> {
-  const full: ChildArgs = { ...args, port: server.port, startAt: args.startAt ?? Date.now() + 1500 };
+  // Each call to Redis may take 2 s (not the default 200 ms): on this shared, loaded machine a
+  // slow reply would otherwise fail open, allowing without quota, which these tests do not measure.
+  const full: ChildArgs = { ...args, port: server.port, startAt: args.startAt ?? Date.now() + 1500, options: { timeoutMs: 2000, ...args.options } };
   const child = join(PACKAGE, "build/test/global-child.js");
   const outs = await Promise.all(
     Array.from({ length: procs }, () => run(process.execPath, [child, JSON.stringify(full)], { maxBuffer: 64 << 20 })),
