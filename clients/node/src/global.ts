@@ -17,17 +17,19 @@
  * - `TokenBucket`, `GCRA`: allowed in any span T <= `capacity + rate x (T +
  *   2 x maxLease)` (a unit is spent up to `maxLease` after Redis took it,
  *   and a refund comes back at most that late).
- * - `SlidingCounter`: what the server counted in any window <= `limit`,
- *   spent at most `maxLease` later.
+ * - `SlidingCounter`: a grant is counted in the sub-window of its moment,
+ *   a refund leaves that sub-window exactly, and a lease ends with that
+ *   sub-window (`WINDOW_MARGIN_MS` before it); so the sliding estimate made
+ *   of what was spent never passes `limit`. Overage 0.
  *
- * **Fair split.** A process is *scarce* once a grant came back short (less
- * than it asked) and stays so until a grant comes back whole. While scarce
- * it asks at a fixed cadence, at most once per `interval` (never early
- * because it ran dry), and each ask is at most one interval of its own
- * measured demand. Asks at equal cadence each receive what refilled since
- * the previous ask by anyone, so processes of equal demand get equal shares
- * in expectation; one with a big batch no longer takes everything that
- * accumulated. Out of scarcity, batches of about two intervals of demand.
+ * **Fair split** (`FairSplit`, the same rule as the Python client's). A
+ * process is *scarce* once a grant came back short (less than it asked),
+ * and leaves scarcity only on a grant that came back whole *and* left at
+ * Redis at least as much again as it asked. While scarce it asks at a
+ * cadence with a random part, no sooner than `interval x (1 + U)` after its
+ * previous ask (U uniform in [0, 1); never early because it ran dry), and
+ * each ask is at most one interval of its own measured demand. Out of
+ * scarcity, batches of about two intervals of demand.
  *
  * **Failures.** Redis down or slow: requests are answered from what is
  * held; once that is spent, `failOpen` decides, behind the Redis client's
@@ -64,9 +66,98 @@ export interface GlobalLimitOptions {
   cooldownMs?: number;
   /** Where warnings go (default `console`). */
   logger?: Logger;
+  /** The random part of a scarce process's cadence: uniform in [0, 1) (default `Math.random`; a fixed one for tests). */
+  random?: () => number;
 }
 
-const OPTIONS = new Set(["maxLease", "interval", "idle", "maxBatch", "failOpen", "timeoutMs", "cooldownMs", "logger"]);
+const OPTIONS = new Set(["maxLease", "interval", "idle", "maxBatch", "failOpen", "timeoutMs", "cooldownMs", "logger", "random"]);
+
+/**
+ * The fair split's decisions, with no I/O and no clock of its own (every
+ * time is a `performance.now()` in ms, given): when a process asks Redis,
+ * for how much, and what a grant's reply changes. `GlobalLimit` drives it.
+ *
+ * Why each part (measured with 4 equal paced processes at 2x a token bucket,
+ * docs/clients.md): a token bucket refills continuously, so each ask gets
+ * what accumulated since the previous ask by anyone, and the ask after the
+ * longest gap gets most. So a scarce process asks at most one interval of
+ * its own demand, at a cadence whose random part keeps the processes from
+ * holding one order (with a fixed cadence the same process keeps the long
+ * gap); and a whole grant that emptied the limit does not end scarcity (a
+ * cadence ask of one interval's demand is often granted whole from what
+ * refilled, leaving nothing: back to big early batches, whoever did so won).
+ */
+export class FairSplit {
+  /** A grant came back short, and none since came back whole leaving as much again at Redis. */
+  scarce = false;
+  /** While scarce: no ask before this. */
+  nextAsk = 0;
+  /** The last grant was 0: nothing to ask for before this (the limit's retry-after, at least half an interval). */
+  emptyUntil = 0;
+
+  constructor(
+    readonly intervalMs: number,
+    readonly maxBatch: number,
+    private readonly random: () => number = Math.random,
+  ) {}
+
+  /**
+   * Units to ask Redis for at `now` (0: none now), given what is `held` and
+   * the measured `demand` (units a ms). An ask while scarce sets the next
+   * one's earliest time.
+   */
+  want(now: number, demand: number, held: number): number {
+    if (demand <= 0 || now < this.emptyUntil) return 0;
+    let want = 0;
+    if (this.scarce) {
+      if (now < this.nextAsk) return 0;
+      // One interval of its own demand, then one interval and a random part of another.
+      want = Math.ceil(demand * this.intervalMs) - held;
+      // (kept in [0, 1) whatever an injected `random` returns: this runs on a timer, where a throw would end the process)
+      const u = Math.min(Math.max(Number(this.random()) || 0, 0), 1 - Number.EPSILON);
+      this.nextAsk = now + this.intervalMs * (1 + u);
+    } else if (held < demand * this.intervalMs) {
+      // Enough for two intervals: one to use, one to refill in.
+      want = Math.ceil(demand * 2 * this.intervalMs) - held;
+      this.nextAsk = now + this.intervalMs;
+    }
+    return Math.max(0, Math.min(want, this.maxBatch));
+  }
+
+  /**
+   * A reply to an ask of `asked` (sent at `askedAt`) came at `now`: `granted`
+   * of it, `remaining` left at Redis, `retryAfterMs` until 1 can be.
+   */
+  granted(now: number, asked: number, grant: Pick<commands.Grant, "granted" | "remaining" | "retryAfterMs">, askedAt = now): void {
+    if (grant.granted < asked) {
+      // (an ask a request made itself, not `want`'s, set no cadence yet)
+      if (!this.scarce) this.nextAsk = Math.max(this.nextAsk, askedAt + this.intervalMs);
+      this.scarce = true;
+    } else if (grant.remaining >= asked) {
+      this.scarce = false;
+    }
+    // (whole, but it left less than that at Redis: unchanged)
+    if (grant.granted === 0) this.emptyUntil = now + Math.max(grant.retryAfterMs, this.intervalMs / 2);
+  }
+
+  /** Whether asks are held back at `now` (scarce: only at its cadence; or the limit spent): a request then neither wakes the loop nor asks itself. */
+  waiting(now: number): boolean {
+    return this.scarce || now < this.emptyUntil;
+  }
+
+  /** The earliest an ask may be made (for the loop's timer). */
+  due(): number {
+    return Math.max(this.emptyUntil, this.scarce ? this.nextAsk : 0);
+  }
+}
+
+/** The end (Unix ms, rounded up) of the sliding counter's sub-window holding `atMs`: sub-windows are `window / precision` long, from the epoch. */
+export function subWindowEndMs(limit: SlidingCounter, atMs: number): number {
+  const window = Math.max(1, limit.windowMs());
+  const precision = limit.precision ?? 1;
+  const k = Math.floor((atMs * precision) / window);
+  return Math.ceil(((k + 1) * window) / precision);
+}
 
 /** What a `GlobalLimit` did, in units of quota (requests for the request counters). */
 export interface GlobalLimitStats {
@@ -155,10 +246,8 @@ export class GlobalLimit {
   private rate = 0;
   private lastEstimate = performance.now();
   private lastRequest = -Infinity;
-  /** A grant came back short, and none whole since: ask at a fixed cadence, one interval of demand at a time. */
-  private scarce = false;
-  /** While scarce, the next ask no sooner than this (performance.now()). */
-  private nextAsk = 0;
+  /** The fair split: scarce or not, when the next ask may be, and for how much. */
+  private readonly fair: FairSplit;
   private failing = false;
   /** An error reply other than an outage (a configuration error, a server without the module): no ask before `pausedUntil`. */
   private broken: Error | undefined;
@@ -196,6 +285,8 @@ export class GlobalLimit {
       throw new TypeError(`failOpen must be true or false, not ${JSON.stringify(options.failOpen)}`);
     }
     this.failOpen = options.failOpen ?? true;
+    if (options.random !== undefined && typeof options.random !== "function") throw new TypeError("random must be a function returning a number in [0, 1)");
+    this.fair = new FairSplit(this.intervalMs, this.maxBatch, options.random);
     this.guard = new Guard(redis, { timeoutMs: options.timeoutMs, cooldownMs: options.cooldownMs });
     this.logger = options.logger ?? console;
     this.alarm = new Alarm(this.logger, `GlobalLimit ${key}`);
@@ -220,7 +311,7 @@ export class GlobalLimit {
     this.asked += cost;
     this.lastRequest = now;
     if (this.take(cost, now)) {
-      if (!this.woken && !this.scarce && this.held < this.demand(now) * this.intervalMs) this.wake();
+      if (!this.woken && !this.fair.scarce && this.held < this.demand(now) * this.intervalMs) this.wake();
       return true;
     }
     return this.without(now);
@@ -241,7 +332,7 @@ export class GlobalLimit {
       this.held >= cost ||
       this.closed ||
       this.failing ||
-      this.scarce ||
+      this.fair.waiting(now) ||
       now < this.pausedUntil ||
       this.guard.breaker.open
     ) {
@@ -262,8 +353,8 @@ export class GlobalLimit {
   /** Nothing held for this request: the fail mode, the limit's word, or starved. */
   private without(now: number): boolean {
     // Ran dry: ask now, unless scarce (a scarce process asks at its cadence
-    // only) or Redis failing (the loop asks again at its own pace).
-    if (!this.scarce && !this.failing) this.wake();
+    // only), the limit spent, or Redis failing (the loop asks again at its own pace).
+    if (!this.fair.waiting(now) && !this.failing) this.wake();
     if (this.broken !== undefined && now < this.pausedUntil) {
       if (this.broken instanceof RedisConfigurationError || !this.failOpen) {
         this.counts.failedClosed++;
@@ -280,7 +371,7 @@ export class GlobalLimit {
       this.counts.failedClosed++;
       return false;
     }
-    if (this.scarce) this.counts.denied++;
+    if (this.fair.waiting(now)) this.counts.denied++;
     else this.counts.starved++;
     return false;
   }
@@ -345,7 +436,8 @@ export class GlobalLimit {
     let at = now + this.intervalMs / 2;
     const first = this.leases[0];
     if (first !== undefined) at = Math.min(at, first.expires);
-    if (this.scarce) at = Math.min(at, Math.max(now, this.nextAsk));
+    const due = this.fair.due();
+    if (due > now) at = Math.min(at, due);
     clearTimeout(this.timer);
     this.timer = setTimeout(() => this.turn(), Math.max(0, at - now));
     this.timer.unref();
@@ -369,15 +461,7 @@ export class GlobalLimit {
       this.held = 0;
     }
     let want = 0;
-    if (!idle && demand > 0 && this.fetching === undefined && now >= this.pausedUntil) {
-      if (this.scarce) {
-        // The fair split: at a fixed cadence, one interval of this process's own demand.
-        if (now >= this.nextAsk) want = Math.min(this.maxBatch, Math.ceil(demand * this.intervalMs)) - this.held;
-      } else if (this.held < demand * this.intervalMs) {
-        // Enough for two intervals: one to use, one to refill in.
-        want = Math.min(this.maxBatch, Math.ceil(demand * 2 * this.intervalMs) - this.held);
-      }
-    }
+    if (!idle && this.fetching === undefined && now >= this.pausedUntil) want = this.fair.want(now, demand, this.held);
     const retries = this.retries;
     this.retries = [];
     for (const lease of gone) if (lease.amount > 0) this.track(this.refund(lease.amount, lease.grantedAtMs, true));
@@ -432,16 +516,14 @@ export class GlobalLimit {
     this.failing = false;
     this.broken = undefined;
     this.counts.granted += grant.granted;
+    // A lease ends with the window (fixed window) or sub-window (sliding
+    // counter) that counted it, timed from before the ask was sent.
     let leaseMs = this.maxLeaseMs;
     if (this.limit instanceof FixedWindow) leaseMs = Math.min(leaseMs, grant.resetAfterMs - WINDOW_MARGIN_MS);
-    // Short: scarce (the fair split's cadence); whole: not.
-    if (grant.granted < amount) {
-      this.scarce = true;
-      this.nextAsk = start + this.intervalMs;
-      if (grant.granted === 0) this.nextAsk = Math.max(this.nextAsk, performance.now() + grant.retryAfterMs);
-    } else {
-      this.scarce = false;
+    else if (this.limit instanceof SlidingCounter) {
+      leaseMs = Math.min(leaseMs, subWindowEndMs(this.limit, grant.grantedAtMs) - grant.grantedAtMs - WINDOW_MARGIN_MS);
     }
+    this.fair.granted(performance.now(), amount, grant, start);
     if (grant.granted === 0) return;
     if (this.closed) {
       // close() has given back what was held already: this goes back too (close() waits for it).
@@ -504,7 +586,8 @@ export class GlobalLimit {
 
   /** While the limit is known to be spent here, about how long until this process asks again (ms); 0 otherwise. */
   retryAfterMs(): number {
-    return this.scarce ? Math.max(0, this.nextAsk - performance.now()) : 0;
+    const now = performance.now();
+    return this.fair.waiting(now) ? Math.max(0, this.fair.due() - now) : 0;
   }
 
   /** A copy of the counters. */

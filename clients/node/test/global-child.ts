@@ -6,26 +6,45 @@
  * counters after close().
  */
 import { Redis } from "ioredis";
-import { FixedWindow, GlobalLimit, type Limit, TokenBucket } from "../src/index.js";
+import { FixedWindow, GCRA, GlobalLimit, type GlobalLimitOptions, type Limit, SlidingCounter, TokenBucket } from "../src/index.js";
 import { sleep } from "./servers.js";
 
 export interface ChildArgs {
   port: number;
   key: string;
-  limit: ["tokenbucket", number, number] | ["fixedwindow", number, string];
+  limit:
+    | ["tokenbucket", number, number]
+    | ["fixedwindow", number, string]
+    | ["gcra", number, number, string]
+    | ["slidingcounter", number, string, number];
   demand: number;
   seconds: number;
   maxLeaseMs: number;
   startAt: number;
+  /** GlobalLimit options beyond maxLease (interval, maxBatch...), when given. */
+  options?: Omit<GlobalLimitOptions, "maxLease" | "logger" | "random">;
+}
+
+function limitOf(spec: ChildArgs["limit"]): Limit {
+  switch (spec[0]) {
+    case "tokenbucket":
+      return new TokenBucket(spec[1], spec[2]);
+    case "fixedwindow":
+      return new FixedWindow(spec[1], spec[2]);
+    case "gcra":
+      return new GCRA(spec[1], spec[2], spec[3]);
+    case "slidingcounter":
+      return new SlidingCounter(spec[1], spec[2], { precision: spec[3] });
+  }
 }
 
 const wall = (): number => performance.timeOrigin + performance.now();
 
 async function main(): Promise<void> {
   const args = JSON.parse(process.argv[2] ?? "") as ChildArgs;
-  const limit: Limit = args.limit[0] === "tokenbucket" ? new TokenBucket(args.limit[1], args.limit[2]) : new FixedWindow(args.limit[1], args.limit[2]);
+  const limit = limitOf(args.limit);
   const redis = new Redis({ port: args.port, host: "127.0.0.1" });
-  const gl = new GlobalLimit(redis, args.key, limit, { maxLease: args.maxLeaseMs });
+  const gl = new GlobalLimit(redis, args.key, limit, { ...args.options, maxLease: args.maxLeaseMs });
   await gl.started;
   const times: Array<[number, number]> = [];
   if (args.startAt > wall()) await sleep(args.startAt - wall());
