@@ -28,6 +28,20 @@ fn set(con: &mut Connection, name: &str, definition: &[&str]) -> i64 {
     int(&run(con, &words).unwrap())
 }
 
+/// `set` of a definition written as one line of words.
+fn set_line(con: &mut Connection, name: &str, definition: &str) -> i64 {
+    let words: Vec<&str> = definition.split(' ').collect();
+    set(con, name, &words)
+}
+
+/// A primary with a replica, and a connection to each.
+fn primary_and_replica() -> (Server, Server, Connection, Connection) {
+    let primary = Server::start(&[]);
+    let replica = Server::start_replica_of(&primary);
+    let (con, rcon) = (primary.connect(), replica.connect());
+    (primary, replica, con, rcon)
+}
+
 fn digest(con: &mut Connection) -> String {
     text(&run(con, &["RL.POLICY", "DIGEST"]).unwrap())
 }
@@ -311,11 +325,7 @@ fn a_check_by_a_missing_or_deleted_policy_is_an_error_naming_it() {
         "ERR no policy 'gone'"
     );
     // Wrong numbers of keys and options a policy owns.
-    set(
-        &mut con,
-        "two",
-        &["TOKENBUCKET", "1", "1", "GCRA", "0", "1", "1s"],
-    );
+    set_line(&mut con, "two", "TOKENBUCKET 1 1 GCRA 0 1 1s");
     let wrong =
         "ERR policy 'two' has 2 tiers: give 2 keys after its name, then COST, PEEK or BLOCK";
     assert_eq!(error_of(&mut con, &["RL.CHECK", "two", "a"]), wrong);
@@ -585,15 +595,21 @@ fn rewrite_aof(con: &mut Connection) {
     });
 }
 
-fn aof_restart(preamble: &str, rewrite: bool) {
-    let mut server = Server::start(&[
+/// A server writing its AOF (every write synced), with or without an RDB
+/// preamble.
+fn aof_server(preamble: &str) -> Server {
+    Server::start(&[
         "--appendonly",
         "yes",
         "--aof-use-rdb-preamble",
         preamble,
         "--appendfsync",
         "always",
-    ]);
+    ])
+}
+
+fn aof_restart(preamble: &str, rewrite: bool) {
+    let mut server = aof_server(preamble);
     let mut con = server.connect();
     some_policies(&mut con);
     if rewrite {
@@ -704,10 +720,7 @@ fn info_shows_the_policies_their_digest_and_each_one_counts() {
 
 #[test]
 fn a_check_by_name_waits_with_block_and_its_replay_reaches_the_replica() {
-    let primary = Server::start(&[]);
-    let replica = Server::start_replica_of(&primary);
-    let mut con = primary.connect();
-    let mut rcon = replica.connect();
+    let (_primary, _replica, mut con, mut rcon) = primary_and_replica();
     // One token, back after 50 ms.
     set(&mut con, "fast", &["TOKENBUCKET", "1", "20"]);
     assert_eq!(check(&mut con, &["RL.CHECK", "fast", "w"])[0], 1);
@@ -718,11 +731,7 @@ fn a_check_by_name_waits_with_block_and_its_replay_reaches_the_replica() {
     run(&mut con, &["WAIT", "1", "5000"]).unwrap();
     assert_eq!(digest_value(&mut rcon, "w"), digest_value(&mut con, "w"));
     // A policy with a penalty cannot wait, as the inline command cannot.
-    set(
-        &mut con,
-        "strict",
-        &["TOKENBUCKET", "1", "20", "PENALTY", "1s"],
-    );
+    set_line(&mut con, "strict", "TOKENBUCKET 1 20 PENALTY 1s");
     assert!(error_of(&mut con, &["RL.CHECK", "strict", "s", "BLOCK", "10"]).starts_with("ERR"));
 }
 
@@ -760,10 +769,7 @@ fn same_on_replica(con: &mut Connection, rcon: &mut Connection, keys: &[&str], w
 /// says, a peek says it before the check, and the replica's bytes are the
 /// primary's after each step.
 fn each_algorithm_migrates(strategy: &str, expected: impl Fn(&Spec) -> i64) {
-    let primary = Server::start(&[]);
-    let replica = Server::start_replica_of(&primary);
-    let mut con = primary.connect();
-    let mut rcon = replica.connect();
+    let (_primary, _replica, mut con, mut rcon) = primary_and_replica();
     let old = every_algorithm(10, HOUR_MS);
     let new = every_algorithm(20, HOUR_MS);
     for (old, new) in old.iter().zip(&new) {
@@ -837,10 +843,7 @@ fn on_change_keep_reads_the_state_under_the_new_parameters_as_the_inline_command
 /// replica holds the same bytes.
 #[test]
 fn a_changed_algorithm_migrates_the_key_by_each_strategy() {
-    let primary = Server::start(&[]);
-    let replica = Server::start_replica_of(&primary);
-    let mut con = primary.connect();
-    let mut rcon = replica.connect();
+    let (_primary, _replica, mut con, mut rcon) = primary_and_replica();
     for (strategy, remaining) in [("KEEP", 6), ("SCALE", 12), ("RESET", 20)] {
         let name = format!("alg:{strategy}");
         let key = format!("alg:{strategy}:k");
@@ -880,16 +883,8 @@ fn a_changed_algorithm_migrates_the_key_by_each_strategy() {
 fn a_key_of_another_algorithm_not_stamped_by_the_policy_stays_wrongtype() {
     let server = Server::start(&[]);
     let mut con = server.connect();
-    set(
-        &mut con,
-        "fw",
-        &["FIXEDWINDOW", "20", "1h", "ON-CHANGE", "RESET"],
-    );
-    set(
-        &mut con,
-        "tb",
-        &["TOKENBUCKET", "10", "1", "ON-CHANGE", "RESET"],
-    );
+    set_line(&mut con, "fw", "FIXEDWINDOW 20 1h ON-CHANGE RESET");
+    set_line(&mut con, "tb", "TOKENBUCKET 10 1 ON-CHANGE RESET");
     check(&mut con, &["RL.TOKENBUCKET", "inline", "10", "1"]);
     check(&mut con, &["RL.CHECK", "tb", "other"]);
     run(&mut con, &["SET", "string", "x"]).unwrap();
@@ -910,11 +905,7 @@ fn a_key_of_another_algorithm_not_stamped_by_the_policy_stays_wrongtype() {
 fn a_new_version_with_the_same_parameters_only_restamps() {
     let server = Server::start(&[]);
     let mut con = server.connect();
-    set(
-        &mut con,
-        "same",
-        &["TOKENBUCKET", "10", "0.001", "ON-CHANGE", "RESET"],
-    );
+    set_line(&mut con, "same", "TOKENBUCKET 10 0.001 ON-CHANGE RESET");
     for _ in 0..4 {
         check(&mut con, &["RL.CHECK", "same", "k"]);
     }
@@ -926,18 +917,10 @@ fn a_new_version_with_the_same_parameters_only_restamps() {
     };
     let (before, expiry) = timeless(&mut con);
     // Version 2: a penalty, the tier's parameters as they were.
-    set(
+    set_line(
         &mut con,
         "same",
-        &[
-            "TOKENBUCKET",
-            "10",
-            "0.001",
-            "PENALTY",
-            "1h",
-            "ON-CHANGE",
-            "RESET",
-        ],
+        "TOKENBUCKET 10 0.001 PENALTY 1h ON-CHANGE RESET",
     );
     // A request that can never pass: takes nothing, starts no penalty.
     assert_eq!(
@@ -958,39 +941,20 @@ fn a_new_version_with_the_same_parameters_only_restamps() {
 /// and a rollback is a change like any other: reset again.
 #[test]
 fn a_reset_drops_the_penalty_and_a_rollback_resets_again() {
-    let primary = Server::start(&[]);
-    let replica = Server::start_replica_of(&primary);
-    let mut con = primary.connect();
-    let mut rcon = replica.connect();
-    set(
+    let (_primary, _replica, mut con, mut rcon) = primary_and_replica();
+    set_line(
         &mut con,
         "plan",
-        &[
-            "TOKENBUCKET",
-            "2",
-            "0.001",
-            "PENALTY",
-            "1h",
-            "ON-CHANGE",
-            "RESET",
-        ],
+        "TOKENBUCKET 2 0.001 PENALTY 1h ON-CHANGE RESET",
     );
     check(&mut con, &["RL.CHECK", "plan", "c"]);
     check(&mut con, &["RL.CHECK", "plan", "c"]);
     assert_eq!(check(&mut con, &["RL.CHECK", "plan", "c"])[0], 0);
     assert!(check(&mut con, &["RL.CHECK", "plan", "c", "PEEK"])[3] > 3_000_000);
-    set(
+    set_line(
         &mut con,
         "plan",
-        &[
-            "TOKENBUCKET",
-            "3",
-            "0.001",
-            "PENALTY",
-            "1h",
-            "ON-CHANGE",
-            "RESET",
-        ],
+        "TOKENBUCKET 3 0.001 PENALTY 1h ON-CHANGE RESET",
     );
     assert_eq!(head(&mut con, &["RL.CHECK", "plan", "c"]), vec![1, 3, 2]);
     assert!(!rl_info(&mut con, "c")
@@ -1015,42 +979,21 @@ fn a_reset_drops_the_penalty_and_a_rollback_resets_again() {
 /// request is denied.
 #[test]
 fn a_tier_migrates_on_its_own_and_even_on_a_denial() {
-    let primary = Server::start(&[]);
-    let replica = Server::start_replica_of(&primary);
-    let mut con = primary.connect();
-    let mut rcon = replica.connect();
-    set(
+    let (_primary, _replica, mut con, mut rcon) = primary_and_replica();
+    set_line(
         &mut con,
         "two",
-        &[
-            "TOKENBUCKET",
-            "10",
-            "0.001",
-            "FIXEDWINDOW",
-            "4",
-            "1h",
-            "ON-CHANGE",
-            "SCALE",
-        ],
+        "TOKENBUCKET 10 0.001 FIXEDWINDOW 4 1h ON-CHANGE SCALE",
     );
     let allowed =
         |con: &mut Connection| int(&items(&run(con, &["RL.CHECK", "two", "t1", "t2"]).unwrap())[0]);
     for _ in 0..4 {
         assert_eq!(allowed(&mut con), 1);
     }
-    set(
+    set_line(
         &mut con,
         "two",
-        &[
-            "TOKENBUCKET",
-            "20",
-            "0.001",
-            "FIXEDWINDOW",
-            "4",
-            "1h",
-            "ON-CHANGE",
-            "SCALE",
-        ],
+        "TOKENBUCKET 20 0.001 FIXEDWINDOW 4 1h ON-CHANGE SCALE",
     );
     // Denied by the window (4 of 4 used); the bucket's key is scaled anyway.
     assert_eq!(allowed(&mut con), 0);
@@ -1072,28 +1015,13 @@ fn a_tier_migrates_on_its_own_and_even_on_a_denial() {
 #[test]
 fn stamps_and_migrations_survive_rdb_and_aof() {
     for preamble in ["yes", "no"] {
-        let mut server = Server::start(&[
-            "--appendonly",
-            "yes",
-            "--aof-use-rdb-preamble",
-            preamble,
-            "--appendfsync",
-            "always",
-        ]);
+        let mut server = aof_server(preamble);
         let mut con = server.connect();
-        set(
-            &mut con,
-            "p",
-            &["TOKENBUCKET", "10", "0.001", "ON-CHANGE", "SCALE"],
-        );
+        set_line(&mut con, "p", "TOKENBUCKET 10 0.001 ON-CHANGE SCALE");
         for _ in 0..4 {
             check(&mut con, &["RL.CHECK", "p", "k"]);
         }
-        set(
-            &mut con,
-            "p",
-            &["GCRA", "19", "20", "1h", "ON-CHANGE", "SCALE"],
-        );
+        set_line(&mut con, "p", "GCRA 19 20 1h ON-CHANGE SCALE");
         check(&mut con, &["RL.CHECK", "p", "k"]);
         let state = dump(&mut con, "k");
         let info = rl_info(&mut con, "k").unwrap();
@@ -1125,11 +1053,7 @@ fn a_penalized_state_written_before_stamps_loads_and_is_stamped_by_a_check() {
     use redis_ratelimit::algorithms::{Algorithm, Mode, Registered, State};
     let server = Server::start(&[]);
     let mut con = server.connect();
-    set(
-        &mut con,
-        "p",
-        &["TOKENBUCKET", "2", "0.001", "PENALTY", "1h"],
-    );
+    set_line(&mut con, "p", "TOKENBUCKET 2 0.001 PENALTY 1h");
     let now = server_time_ms(&mut con);
     let params = TokenBucketParams {
         capacity: 2,
