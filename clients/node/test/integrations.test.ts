@@ -166,7 +166,10 @@ describe("rate-limiter-flexible facade", () => {
   });
 
   it("blockDuration blocks the key once it passes its points", async () => {
-    const limiter = new RateLimiterRedis({ storeClient: conn.client, points: 1, duration: 1, blockDuration: 600, keyPrefix: "flxb" });
+    // A window of a minute: with one of a second, the two consumes (1-2 ms apart) fell on
+    // both sides of a window's end in one CI run, and the second was allowed. Still far
+    // shorter than the block, so only the block can make the wait pass 590 s.
+    const limiter = new RateLimiterRedis({ storeClient: conn.client, points: 1, duration: 60, blockDuration: 600, keyPrefix: "flxb" });
     await limiter.consume("k");
     await assert.rejects(limiter.consume("k"), (r: unknown) => r instanceof RateLimiterRes && r.msBeforeNext > 590_000);
   });
