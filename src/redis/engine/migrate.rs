@@ -35,6 +35,7 @@
 use super::super::key::{Holds, Key};
 use super::super::outcome::Outcome;
 use super::super::types::PenalizedStored;
+use super::check::{on_tier, OnTier};
 use super::store::Store;
 use super::Checked;
 use crate::algorithms::migration::migrated;
@@ -134,30 +135,67 @@ pub fn before<'a, S: Store + 'a>(
     Ok(Ok(Migration { after }))
 }
 
-/// Plans the tier of the algorithm `tier` names, made from the registry.
-macro_rules! plan_tier {
+/// A tier's [`plan`], through the engine's one dispatch on a tier
+/// ([`on_tier`]).
+struct Planning<'r, 'a, S: Store> {
+    run: &'r S,
+    key_name: S::Name,
+    stamp: Stamp,
+    on_change: OnChange,
+    mode: Mode,
+    cost: u64,
+    keep: bool,
+    planned: std::marker::PhantomData<&'a ()>,
+}
+
+impl<'a, S: Store + 'a> OnTier for Planning<'_, 'a, S> {
+    type Out = Result<Planned<'a, S>, CommandError>;
+    fn on<B: Checked>(self, params: B::Params) -> Self::Out {
+        plan::<S, B>(
+            self.run,
+            self.key_name,
+            params,
+            self.stamp,
+            self.on_change,
+            self.mode,
+            self.cost,
+            self.keep,
+        )
+    }
+}
+
+/// Plans `tier` on its key: [`plan`] of the algorithm it names.
+#[allow(clippy::too_many_arguments)]
+fn plan_tier<'a, S: Store + 'a>(
+    run: &S,
+    key_name: S::Name,
+    tier: &Tier,
+    stamp: Stamp,
+    on_change: OnChange,
+    mode: Mode,
+    cost: u64,
+    keep: bool,
+) -> Result<Planned<'a, S>, CommandError> {
+    let planning = Planning {
+        run,
+        key_name,
+        stamp,
+        on_change,
+        mode,
+        cost,
+        keep,
+        planned: std::marker::PhantomData,
+    };
+    on_tier(tier, planning)
+}
+
+/// What a key holding another algorithm's state becomes, made from the
+/// registry (a dispatch on the stored value's type, not on the tier).
+macro_rules! across {
     (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal;)* }
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
         others { $($others:tt)* }
     ) => {
-        #[allow(clippy::too_many_arguments)]
-        fn plan_tier<'a, S: Store + 'a>(
-            run: &S,
-            key_name: S::Name,
-            tier: &Tier,
-            stamp: Stamp,
-            on_change: OnChange,
-            mode: Mode,
-            cost: u64,
-            keep: bool,
-        ) -> Result<Planned<'a, S>, CommandError> {
-            match *tier {
-                $(Tier::$ty(params) => plan::<S, crate::algorithms::$module::$ty>(
-                    run, key_name, params, stamp, on_change, mode, cost, keep,
-                ),)*
-            }
-        }
-
         /// The state of the tier's algorithm `B` that a key holding
         /// another algorithm's state, stamped with `stamp`'s policy,
         /// becomes (with its penalty's end); `None` when the key holds
@@ -185,7 +223,7 @@ macro_rules! plan_tier {
         }
     };
 }
-crate::registry!(plan_tier);
+crate::registry!(across);
 
 #[allow(clippy::too_many_arguments)]
 fn plan<'a, S: Store + 'a, B: Checked>(
