@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::algorithms::penalty::Stamp;
 use crate::encoding::{ensure, put_u32, put_u64, DecodeError, Reader};
+use crate::error::{shown, CommandError};
 use crate::parse::policy::{definition, name, Definition};
 
 /// How many keys hold a state stamped with each policy (by name hash):
@@ -381,6 +382,25 @@ fn fnv1a(start: u64, bytes: &[u8]) -> u64 {
     bytes.iter().fold(start, |hash, &b| {
         (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
+}
+
+/// The error of a check by the name of a policy this node does not hold.
+pub fn no_policy(policy: &[u8]) -> CommandError {
+    CommandError::Reply(format!("ERR no policy '{}'", shown(policy)).into())
+}
+
+/// The error of a check by the name of a policy of `n` tiers given another
+/// number of keys.
+pub fn wrong_keys(policy: &[u8], n: usize) -> CommandError {
+    CommandError::Reply(
+        format!(
+            "ERR policy '{}' has {n} tier{}: give {n} key{} after its name, then COST, PEEK or BLOCK",
+            shown(policy),
+            if n == 1 { "" } else { "s" },
+            if n == 1 { "" } else { "s" },
+        )
+        .into(),
+    )
 }
 
 #[cfg(test)]

@@ -1195,3 +1195,71 @@ fn each_policy_counts_its_keys_without_scan() {
     run(&mut con, &["FLUSHALL"]).unwrap();
     assert_eq!(policy_keys(&mut con, "p"), 0);
 }
+
+// ---- A waiter follows its policy ----
+
+/// A client waiting on `RL.CHECK name key BLOCK 10000`, from its own
+/// connection, once the server counts it blocked: its reply, or its error.
+fn waiting_on(
+    server: &Server,
+    con: &mut Connection,
+    name: &str,
+    keys: &[&str],
+) -> std::thread::JoinHandle<Result<Vec<i64>, String>> {
+    let mut waiter = server.connect();
+    let mut words = vec!["RL.CHECK".to_string(), name.to_string()];
+    words.extend(keys.iter().map(|k| k.to_string()));
+    words.extend(["BLOCK".to_string(), "10000".to_string()]);
+    let before = info_field(con, "ratelimit", "ratelimit_blocked_clients");
+    let handle = std::thread::spawn(move || {
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        match run(&mut waiter, &words) {
+            Ok(v) => Ok(items(&v).iter().map(int).collect()),
+            Err(e) => Err(e.to_string()),
+        }
+    });
+    let blocked = (before.parse::<i64>().unwrap() + 1).to_string();
+    wait_for("the client waits", Duration::from_secs(10), || {
+        info_field(con, "ratelimit", "ratelimit_blocked_clients") == blocked
+    });
+    handle
+}
+
+#[test]
+fn a_waiter_is_decided_under_its_policy_as_it_stands_when_its_turn_comes() {
+    let (primary, _replica, mut con, mut rcon) = primary_and_replica();
+    // One token, back after 8 s (a wait of up to 10 s starts).
+    set(&mut con, "plan", &["TOKENBUCKET", "1", "0.125"]);
+    assert_eq!(head(&mut con, &["RL.CHECK", "plan", "a"]), [1, 1, 0]);
+    let waiter = waiting_on(&primary, &mut con, "plan", &["a"]);
+    // The plan now has two tokens, back after 50 ms: the waiter is served
+    // at once, by the new version (its limit), not at the old turn.
+    let at = server_time_ms(&mut con);
+    set(&mut con, "plan", &["TOKENBUCKET", "2", "20"]);
+    let reply = waiter.join().unwrap().expect("served");
+    assert_eq!(&reply[..2], &[1, 2], "{reply:?}");
+    assert!(server_time_ms(&mut con) - at < 5_000, "served at once");
+    let info = run(&mut con, &["RL.INFO", "a"]).unwrap();
+    assert_eq!(int(field(&info, "policy_version").unwrap()), 2);
+    same_on_replica(&mut con, &mut rcon, &["a"], "after the waiter");
+
+    // A policy deleted while a client waits: the waiter gets the error a
+    // check by that name gets, and nothing is taken.
+    set(&mut con, "gone", &["TOKENBUCKET", "1", "0.125"]);
+    assert_eq!(head(&mut con, &["RL.CHECK", "gone", "b"]), [1, 1, 0]);
+    let before = dump(&mut con, "b");
+    let waiter = waiting_on(&primary, &mut con, "gone", &["b"]);
+    assert_eq!(int(&run(&mut con, &["RL.POLICY", "DEL", "gone"]).unwrap()), 1);
+    let error = waiter.join().unwrap().expect_err("refused");
+    assert!(error.contains("no policy 'gone'"), "{error}");
+    assert_eq!(dump(&mut con, "b"), before);
+
+    // A policy that now has two tiers: the waiter named one key.
+    set(&mut con, "grows", &["TOKENBUCKET", "1", "0.125"]);
+    assert_eq!(head(&mut con, &["RL.CHECK", "grows", "c"]), [1, 1, 0]);
+    let waiter = waiting_on(&primary, &mut con, "grows", &["c"]);
+    set_line(&mut con, "grows", "TOKENBUCKET 1 0.125 FIXEDWINDOW 10 1h");
+    let error = waiter.join().unwrap().expect_err("refused");
+    assert!(error.contains("policy 'grows' has 2 tiers"), "{error}");
+    same_on_replica(&mut con, &mut rcon, &["a", "b", "c"], "at the end");
+}

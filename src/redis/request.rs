@@ -10,7 +10,7 @@ use super::stats::{self, Counted, Counter};
 use crate::algorithms::penalty::Stamp;
 use crate::algorithms::Mode;
 use crate::error::CommandError;
-use crate::parse::policy::OnChange;
+use crate::parse::policy::{check_request_options, Definition, OnChange};
 use crate::parse::{self, AcquireArgs, AllArgs, CheckOptions, Tier};
 use crate::policies::Counters;
 use crate::redis_cell::ClThrottleArgs;
@@ -66,6 +66,30 @@ impl Request {
         }
     }
 
+    /// The request a check of `definition` (a policy's) makes with the
+    /// options `words` (after the keys): on the primary, where its replay
+    /// runs, and for a waiter whose policy changed while it waited.
+    pub fn of_policy(definition: &Definition, words: &[&[u8]]) -> Result<Request, CommandError> {
+        let mut options = check_request_options(words)?;
+        // The policy's PENALTY and SHADOW, except on a peek (which changes
+        // nothing, so neither applies: the inline command refuses them there).
+        if !options.peek {
+            options.penalty_ms = definition.penalty_ms;
+            options.shadow = definition.shadow;
+            parse::options::exclusive(&options)?;
+        }
+        Ok(match definition.tiers.as_slice() {
+            [tier] => Request::Check {
+                tier: *tier,
+                options,
+            },
+            tiers => Request::All(AllArgs {
+                tiers: tiers.to_vec(),
+                options,
+            }),
+        })
+    }
+
     /// The command a replay of this request names, and the word it glues
     /// its header to.
     pub fn replayed_as(&self) -> (Command, usize) {
@@ -76,6 +100,14 @@ impl Request {
             Request::All(_) => (Command::All, 1),
             // Replayed as RL.CHECK, its definition in place of its name.
             Request::Policy { .. } => (Command::Policy, 1),
+        }
+    }
+
+    /// What the keys of a check by a policy's name are stamped with.
+    pub fn policy_stamp(&self) -> Option<Stamp> {
+        match self {
+            Request::Policy { stamp, .. } => Some(*stamp),
+            _ => None,
         }
     }
 

@@ -11,7 +11,7 @@ use super::super::replicate::Run;
 use super::super::request::Request;
 use super::super::waiters;
 use super::all::{declare_keys, keys};
-use super::policy::{replayed_definition, request_of};
+use super::policy::replayed_definition;
 use super::refund::refund;
 use crate::error::CommandError;
 use crate::parse;
@@ -105,7 +105,7 @@ fn apply_check_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
         if keys.len() != n {
             return Err(CommandError::Arity);
         }
-        let result = request_of(&definition, words.get(1 + n..).unwrap_or_default())
+        let result = Request::of_policy(&definition, words.get(1 + n..).unwrap_or_default())
             .map(|request| Request::Policy {
                 request: Box::new(request),
                 counters: Arc::default(),

@@ -13,11 +13,11 @@ use super::super::ffi::{command, writes_paused, Args, Ctx, KeyName, Status};
 use super::super::replicate::Run;
 use super::super::request::Request;
 use super::super::respond::respond;
+use super::super::waiters;
 use crate::algorithms::penalty::Stamp;
 use crate::error::{shown, CommandError};
-use crate::parse::policy::{check_request_options, definition, name, version, Definition};
-use crate::parse::AllArgs;
-use crate::policies::{split_replayed, store, Changed};
+use crate::parse::policy::{definition, name, version, Definition};
+use crate::policies::{no_policy, split_replayed, store, wrong_keys, Changed};
 use crate::replay::Command;
 
 command! {
@@ -48,6 +48,11 @@ fn policy_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
             shown(&sub)
         ))),
     };
+    if result.is_ok() && matches!(&sub[..], b"SET" | b"DEL" | b"ROLLBACK") {
+        // Clients waiting on a check by name are decided under the policy
+        // as it stands now: at once, not at the turn the old one gave them.
+        waiters::all_changed(ctx, None);
+    }
     match result {
         Ok(status) => status,
         Err(error) => ctx.reply_error(&error),
@@ -227,10 +232,6 @@ fn history(ctx: Ctx<'_>, rest: &[&[u8]]) -> Result<Status, CommandError> {
     Ok(Status)
 }
 
-fn no_policy(policy: &[u8]) -> CommandError {
-    CommandError::Reply(format!("ERR no policy '{}'", shown(policy)).into())
-}
-
 command! {
     /// `RL.CHECK policy key [key ...] [COST n] [PEEK] [BLOCK ms]`.
     pub fn check_command => check_reply;
@@ -297,7 +298,7 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
         }
     };
     let words = args.bytes_from(2 + n);
-    let request = request_of(&definition, &words).map_err(|error| {
+    let request = Request::of_policy(&definition, &words).map_err(|error| {
         // A word that is no option may be a key too many.
         if error.text().starts_with("ERR syntax error: unknown option") {
             wrong_keys(policy, n)
@@ -338,32 +339,6 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
     ))
 }
 
-/// The request a check of `definition` makes with the options `words`
-/// (after the keys): on the primary, and where its replay runs.
-pub(super) fn request_of(
-    definition: &Definition,
-    words: &[&[u8]],
-) -> Result<Request, CommandError> {
-    let mut options = check_request_options(words)?;
-    // The policy's PENALTY and SHADOW, except on a peek (which changes
-    // nothing, so neither applies: the inline command refuses them there).
-    if !options.peek {
-        options.penalty_ms = definition.penalty_ms;
-        options.shadow = definition.shadow;
-        crate::parse::options::exclusive(&options)?;
-    }
-    Ok(match definition.tiers.as_slice() {
-        [tier] => Request::Check {
-            tier: *tier,
-            options,
-        },
-        tiers => Request::All(AllArgs {
-            tiers: tiers.to_vec(),
-            options,
-        }),
-    })
-}
-
 /// The stamp and definition a replay carries (see
 /// `crate::policies::replayed_word`).
 pub(super) fn replayed_definition(word: &[u8]) -> Result<(Stamp, Definition), CommandError> {
@@ -375,18 +350,6 @@ pub(super) fn replayed_definition(word: &[u8]) -> Result<(Stamp, Definition), Co
             "a replayed policy has no DRYRUN",
         )),
     }
-}
-
-fn wrong_keys(policy: &[u8], n: usize) -> CommandError {
-    CommandError::Reply(
-        format!(
-            "ERR policy '{}' has {n} tier{}: give {n} key{} after its name, then COST, PEEK or BLOCK",
-            shown(policy),
-            if n == 1 { "" } else { "s" },
-            if n == 1 { "" } else { "s" },
-        )
-        .into(),
-    )
 }
 
 /// Restates every policy, each kept version oldest first, as `LOAD`s

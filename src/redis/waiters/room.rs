@@ -88,12 +88,17 @@ pub fn wait(
     retry_after_ms: Option<i64>,
 ) -> Status {
     let db = ctx.selected_db();
+    let policy = request
+        .policy_stamp()
+        .and_then(|stamp| crate::policies::store().name_of(stamp.policy))
+        .map(Vec::into_boxed_slice);
     let parked = Parked {
         words: (0..args.len())
             .filter_map(|i| args.bytes(i))
             .map(<[u8]>::to_vec)
             .collect(),
         request,
+        policy,
     };
     let keys: Vec<Box<[u8]>> = keys.iter().map(|key| key.bytes().into()).collect();
     let deadline = (block_ms > 0)

@@ -18,12 +18,16 @@ use super::super::ffi::cluster::redirect_for;
 use super::super::ffi::{now_ms, Ctx};
 use super::super::outcome::tally;
 use super::super::replicate::Run;
+use super::super::request::Request;
 use super::super::stats::{WAITS_ALLOWED, WAITS_TIMED_OUT};
 use super::hold::{paused, Hold};
 use super::timer::set_timer;
 use super::waiter::{Answer, Parked, Waiters};
 use crate::algorithms::Mode;
+use crate::error::CommandError;
+use crate::policies;
 use crate::wait::{Host, Turn, Waiter};
+use std::sync::Arc;
 
 /// The server, as the room's host, for one call.
 pub struct Server<'a> {
@@ -65,7 +69,11 @@ impl Host<Parked> for Server<'_> {
         if let Some(redirect) = redirect_for(ctx, &keys) {
             return Turn::Answered(Err(redirect));
         }
-        let parked = &waiter.request;
+        let followed = match following(&waiter.request, keys.len()) {
+            Ok(followed) => followed,
+            Err(error) => return Turn::Answered(Err(error)),
+        };
+        let parked = followed.as_ref().unwrap_or(&waiter.request);
         let (command, glue_at) = parked.request.replayed_as();
         let run = Run::woken(ctx, command, glue_at, &parked.words);
         let decided = decide(&run, &parked.request, &keys, Mode::Take);
@@ -111,10 +119,57 @@ pub fn timed_out_answer(ctx: Ctx<'_>, waiter: &Waiter<Parked>) -> Answer {
     if let Some(redirect) = redirect_for(ctx, &keys) {
         return Err(redirect);
     }
-    let request = &waiter.request.request;
+    let followed = following(&waiter.request, keys.len())?;
+    let request = &followed.as_ref().unwrap_or(&waiter.request).request;
     let (command, glue_at) = request.replayed_as();
     let run = Run::live(ctx, command, glue_at);
     let outcome = decide(&run, request, &keys, Mode::Peek)?.denied(1);
     tally(ctx, request, &keys, &outcome);
     Ok(outcome)
+}
+
+/// A waiter that checks by a policy's name, as the policy stands now: `None`
+/// when it is no such waiter or its policy is the one it parked under; the
+/// error a check by that name gets now when the policy was deleted (never a
+/// take under a policy that is gone) or now names another number of keys.
+/// A changed policy decides the waiter by its new version (its keys migrate
+/// by the policy's `ON-CHANGE`), as a client sending the check now would be.
+fn following(parked: &Parked, keys: usize) -> Result<Option<Parked>, CommandError> {
+    let (Some(name), Request::Policy { .. }) = (&parked.policy, &parked.request) else {
+        return Ok(None);
+    };
+    let store = policies::store();
+    let (policy, current) = store
+        .get(name)
+        .and_then(|policy| policy.current().map(|current| (policy, current)))
+        .ok_or_else(|| policies::no_policy(name))?;
+    if parked.words.get(1).map(|word| &word[..]) == Some(&current.replayed[..]) {
+        return Ok(None);
+    }
+    let definition = &current.definition;
+    if definition.tiers.len() != keys {
+        return Err(policies::wrong_keys(name, definition.tiers.len()));
+    }
+    let options: Vec<&[u8]> = parked
+        .words
+        .get(2 + keys..)
+        .unwrap_or_default()
+        .iter()
+        .map(Vec::as_slice)
+        .collect();
+    let request = Request::of_policy(definition, &options)?;
+    let mut words = parked.words.clone();
+    if let Some(word) = words.get_mut(1) {
+        word.clone_from(&current.replayed);
+    }
+    Ok(Some(Parked {
+        words,
+        request: Request::Policy {
+            request: Box::new(request),
+            counters: Arc::clone(&policy.counters),
+            stamp: current.stamp,
+            on_change: definition.on_change,
+        },
+        policy: Some(name.clone()),
+    }))
 }

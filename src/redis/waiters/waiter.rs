@@ -6,10 +6,15 @@ use super::super::outcome::Outcome;
 use super::super::request::Request;
 use crate::error::CommandError;
 
-/// A waiting request: the command as sent (for its replay) and as parsed.
+/// A waiting request: the command as sent (for its replay; a check by a
+/// policy's name has the policy's definition in place of its name) and as
+/// parsed.
 pub struct Parked {
     pub words: Vec<Vec<u8>>,
     pub request: Request,
+    /// The policy's name, for a check by name (`RL.CHECK`): each turn
+    /// decides the waiter under the policy as it stands then.
+    pub policy: Option<Box<[u8]>>,
 }
 
 /// A waiter's answer: its outcome, or an error.
