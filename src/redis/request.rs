@@ -10,7 +10,7 @@ use super::stats::{self, Counted, Counter};
 use crate::algorithms::penalty::Stamp;
 use crate::algorithms::Mode;
 use crate::error::CommandError;
-use crate::parse::policy::OnChange;
+use crate::parse::policy::Definition;
 use crate::parse::{self, AcquireArgs, AllArgs, CheckOptions, Tier};
 use crate::policies::Counters;
 use crate::redis_cell::ClThrottleArgs;
@@ -31,17 +31,22 @@ pub enum Request {
     },
     /// `RL.ALL`.
     All(AllArgs),
-    /// `RL.CHECK`: the inline request its policy stands for, and the
-    /// policy's counters (`INFO ratelimit`), counted beside the inline
-    /// command's.
+    /// `RL.CHECK`: the inline request its policy stands for (one tier: its
+    /// algorithm's check; several: `RL.ALL`), read from the policy's own
+    /// definition, shared with the policy's store rather than copied, so
+    /// a check by name allocates nothing; and the policy's counters
+    /// (`INFO ratelimit`), counted beside the inline command's.
     Policy {
-        request: Box<Request>,
+        /// The definition of the version checked: its tiers, and how a key
+        /// stamped with an older version migrates (`ON-CHANGE`).
+        definition: Arc<Definition>,
+        /// The request's options, the policy's `PENALTY` and `SHADOW`
+        /// applied (see `super::commands::policy::options_of`).
+        options: CheckOptions,
         counters: Arc<Counters>,
         /// What the keys it decides are stamped with ([`Stamp::NONE`]: a
         /// replay written before stamps, which stamps nothing).
         stamp: Stamp,
-        /// How a key stamped with an older version migrates.
-        on_change: OnChange,
     },
 }
 
@@ -86,7 +91,7 @@ impl Request {
             Request::All(all) => peek_or_take(&all.options),
             Request::Throttle(throttle) => throttle.mode,
             Request::Acquire { .. } => Mode::Take,
-            Request::Policy { request, .. } => request.mode(),
+            Request::Policy { options, .. } => peek_or_take(options),
         }
     }
 
@@ -97,7 +102,7 @@ impl Request {
             Request::All(all) => all.options.block_ms,
             Request::Acquire { args, .. } => args.block_ms,
             Request::Throttle(_) => None,
-            Request::Policy { request, .. } => request.block_ms(),
+            Request::Policy { options, .. } => options.block_ms,
         }
     }
 
@@ -106,10 +111,7 @@ impl Request {
     /// for an acquire it is when the first lease ends, and a release may come
     /// sooner.
     pub fn retry_is_known(&self) -> bool {
-        match self {
-            Request::Policy { request, .. } => request.retry_is_known(),
-            other => !matches!(other, Request::Acquire { .. }),
-        }
+        !matches!(self, Request::Acquire { .. })
     }
 
     /// The id the server drew for an acquire, which its replay carries.
@@ -118,7 +120,6 @@ impl Request {
             Request::Acquire {
                 id, drawn: true, ..
             } => Some(id),
-            Request::Policy { request, .. } => request.drawn_id(),
             _ => None,
         }
     }
@@ -129,7 +130,7 @@ impl Request {
             Request::Check { options, .. } => options.shadow,
             Request::All(all) => all.options.shadow,
             Request::Throttle(_) | Request::Acquire { .. } => false,
-            Request::Policy { request, .. } => request.shadow(),
+            Request::Policy { options, .. } => options.shadow,
         }
     }
 
@@ -140,7 +141,11 @@ impl Request {
             Request::Throttle(_) => &stats::CL_THROTTLE,
             Request::Acquire { .. } => &stats::ACQUIRE,
             Request::All(_) => &stats::ALL,
-            Request::Policy { request, .. } => request.counter(),
+            // The inline command's: one tier's algorithm, or RL.ALL.
+            Request::Policy { definition, .. } => match definition.tiers.as_slice() {
+                [tier] => counter_of(tier),
+                _ => &stats::ALL,
+            },
         }
     }
 }

@@ -11,7 +11,7 @@ use super::super::replicate::Run;
 use super::super::request::Request;
 use super::super::waiters;
 use super::all::{declare_keys, keys};
-use super::policy::{replayed_definition, request_of};
+use super::policy::{options_of, replayed_definition};
 use super::refund::refund;
 use crate::error::CommandError;
 use crate::parse;
@@ -105,12 +105,13 @@ fn apply_check_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
         if keys.len() != n {
             return Err(CommandError::Arity);
         }
-        let result = request_of(&definition, words.get(1 + n..).unwrap_or_default())
-            .map(|request| Request::Policy {
-                request: Box::new(request),
+        let options = options_of(&definition, words.get(1 + n..).unwrap_or_default());
+        let result = options
+            .map(|options| Request::Policy {
+                definition: Arc::new(definition),
+                options,
                 counters: Arc::default(),
                 stamp,
-                on_change: definition.on_change,
             })
             .and_then(|request| decide(&run, &request, &keys, request.mode()).map(drop));
         run.propagate(Some(args), None);

@@ -16,7 +16,7 @@ use super::super::respond::respond;
 use crate::algorithms::penalty::Stamp;
 use crate::error::{shown, CommandError};
 use crate::parse::policy::{check_request_options, definition, name, version, Definition};
-use crate::parse::AllArgs;
+use crate::parse::CheckOptions;
 use crate::policies::{split_replayed, store, Changed};
 use crate::replay::Command;
 
@@ -297,7 +297,7 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
         }
     };
     let words = args.bytes_from(2 + n);
-    let request = request_of(&definition, &words).map_err(|error| {
+    let options = options_of(&definition, &words).map_err(|error| {
         // A word that is no option may be a key too many.
         if error.text().starts_with("ERR syntax error: unknown option") {
             wrong_keys(policy, n)
@@ -305,17 +305,14 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
             error
         }
     })?;
-    if request.mode() == crate::algorithms::Mode::Take
-        && ctx.is_replica()
-        && !ctx.sent_by_primary_or_aof()
-    {
+    if !options.peek && ctx.is_replica() && !ctx.sent_by_primary_or_aof() {
         return Err(CommandError::Reply(
             "READONLY You can't write against a read only replica.".into(),
         ));
     }
     // A check that waits keeps its command as words, for its replay when
     // it is served: RL.CHECK's, the definition in place of the name.
-    let mut waiting = request.block_ms().is_some().then(|| {
+    let mut waiting = options.block_ms.is_some().then(|| {
         let all = (0..args.len()).filter_map(|i| args.bytes(i));
         OwnedArgs::new(
             all.enumerate()
@@ -325,10 +322,10 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
     let waiting_args = waiting.as_mut().map(OwnedArgs::args);
     let run = Run::live_glued(ctx, Command::Policy, 1, &replayed);
     let request = Request::Policy {
-        request: Box::new(request),
+        definition,
+        options,
         counters,
         stamp,
-        on_change: definition.on_change,
     };
     Ok(respond(
         &run,
@@ -338,12 +335,13 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
     ))
 }
 
-/// The request a check of `definition` makes with the options `words`
-/// (after the keys): on the primary, and where its replay runs.
-pub(super) fn request_of(
+/// The options of a check of `definition` given as `words` (after the
+/// keys), the policy's `PENALTY` and `SHADOW` applied: on the primary, and
+/// where its replay runs.
+pub(super) fn options_of(
     definition: &Definition,
     words: &[&[u8]],
-) -> Result<Request, CommandError> {
+) -> Result<CheckOptions, CommandError> {
     let mut options = check_request_options(words)?;
     // The policy's PENALTY and SHADOW, except on a peek (which changes
     // nothing, so neither applies: the inline command refuses them there).
@@ -352,16 +350,7 @@ pub(super) fn request_of(
         options.shadow = definition.shadow;
         crate::parse::options::exclusive(&options)?;
     }
-    Ok(match definition.tiers.as_slice() {
-        [tier] => Request::Check {
-            tier: *tier,
-            options,
-        },
-        tiers => Request::All(AllArgs {
-            tiers: tiers.to_vec(),
-            options,
-        }),
-    })
+    Ok(options)
 }
 
 /// The stamp and definition a replay carries (see
