@@ -690,6 +690,58 @@ fn a_replica_holds_the_primary_policies_and_answers_peek_by_name() {
     assert_eq!(policies_of(&mut rcon), policies_of(&mut con));
 }
 
+/// The role (`INFO replication`'s `role`) of the server `con` talks to,
+/// once it is `role`.
+fn wait_role(con: &mut Connection, role: &str) {
+    wait_for(role, Duration::from_secs(20), || {
+        info_field(con, "replication", "role") == role
+    });
+}
+
+/// A primary with a replica, both holding a policy `role` of one tier, and
+/// the check that takes by it.
+fn pair_with_a_policy() -> (Server, Server, Connection, Connection) {
+    let (primary, replica, mut con, rcon) = primary_and_replica();
+    set(&mut con, "role", &["TOKENBUCKET", "100", "0.001"]);
+    run(&mut con, &["WAIT", "1", "5000"]).unwrap();
+    (primary, replica, con, rcon)
+}
+
+const TAKE: [&str; 3] = ["RL.CHECK", "role", "k"];
+
+#[test]
+fn a_check_by_name_follows_replicaof_promoting_and_demoting() {
+    let (_primary, replica, mut con, mut rcon) = pair_with_a_policy();
+    assert_eq!(check(&mut con, &TAKE)[0], 1);
+    assert!(error_of(&mut rcon, &TAKE).starts_with("READONLY"));
+    // The replica promoted: it takes.
+    run(&mut rcon, &["REPLICAOF", "NO", "ONE"]).unwrap();
+    wait_role(&mut rcon, "master");
+    assert_eq!(check(&mut rcon, &TAKE)[0], 1);
+    // The primary demoted: it refuses a take, and still answers a peek.
+    let port = replica.port.to_string();
+    run(&mut con, &["REPLICAOF", "127.0.0.1", &port]).unwrap();
+    wait_role(&mut con, "slave");
+    assert!(error_of(&mut con, &TAKE).starts_with("READONLY"));
+    wait_for(
+        "the link to the new primary",
+        Duration::from_secs(20),
+        || info_field(&mut con, "replication", "master_link_status") == "up",
+    );
+    assert_eq!(check(&mut con, &["RL.CHECK", "role", "k", "PEEK"])[0], 1);
+}
+
+#[test]
+fn a_check_by_name_follows_a_failover() {
+    let (_primary, _replica, mut con, mut rcon) = pair_with_a_policy();
+    assert_eq!(check(&mut con, &TAKE)[0], 1);
+    run(&mut con, &["FAILOVER"]).unwrap();
+    wait_role(&mut rcon, "master");
+    wait_role(&mut con, "slave");
+    assert_eq!(check(&mut rcon, &TAKE)[0], 1);
+    assert!(error_of(&mut con, &TAKE).starts_with("READONLY"));
+}
+
 #[test]
 fn info_shows_the_policies_their_digest_and_each_one_counts() {
     let server = Server::start(&[]);
