@@ -951,6 +951,32 @@ fn a_key_of_another_algorithm_not_stamped_by_the_policy_stays_wrongtype() {
     }
 }
 
+/// A policy deleted and defined again starts again at version 1: its keys
+/// hold the same stamp as before, under other parameters, and still
+/// migrate by the strategy (the stamp alone does not say a key is current).
+#[test]
+fn a_policy_defined_again_after_its_deletion_migrates_its_keys() {
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    for (strategy, remaining) in [("RESET", 4), ("SCALE", 0), ("KEEP", 1)] {
+        let key = format!("k:{strategy}");
+        let definition = format!("TOKENBUCKET 10 0.001 ON-CHANGE {strategy}");
+        assert_eq!(set_line(&mut con, "again", &definition), 1);
+        assert_eq!(
+            check(&mut con, &["RL.CHECK", "again", &key, "COST", "8"])[2],
+            2
+        );
+        run(&mut con, &["RL.POLICY", "DEL", "again"]).unwrap();
+        let definition = format!("TOKENBUCKET 5 0.001 ON-CHANGE {strategy}");
+        assert_eq!(set_line(&mut con, "again", &definition), 1);
+        // RESET: a fresh bucket of 5; SCALE: 2 of 10 is 1 of 5; KEEP: the 2
+        // tokens as they are. One taken from each.
+        let reply = check(&mut con, &["RL.CHECK", "again", &key]);
+        assert_eq!(&reply[..3], &[1, 5, remaining], "{strategy}");
+        run(&mut con, &["RL.POLICY", "DEL", "again"]).unwrap();
+    }
+}
+
 /// A new version that leaves a tier's parameters as they were restamps its
 /// key and changes nothing else, whatever the strategy.
 #[test]
