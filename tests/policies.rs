@@ -732,6 +732,21 @@ fn a_check_by_name_follows_replicaof_promoting_and_demoting() {
 }
 
 #[test]
+fn a_server_started_as_a_replica_refuses_a_check_by_name_that_takes() {
+    let primary = Server::start(&[]);
+    let mut con = primary.connect();
+    set(&mut con, "role", &["TOKENBUCKET", "100", "0.001"]);
+    let port = primary.port.to_string();
+    let replica = Server::start(&["--replicaof", "127.0.0.1", &port]);
+    let mut rcon = replica.connect();
+    wait_for("the replica link", Duration::from_secs(20), || {
+        info_field(&mut rcon, "replication", "master_link_status") == "up"
+    });
+    assert!(error_of(&mut rcon, &TAKE).starts_with("READONLY"));
+    assert_eq!(check(&mut rcon, &["RL.CHECK", "role", "k", "PEEK"])[0], 1);
+}
+
+#[test]
 fn a_check_by_name_follows_a_failover() {
     let (_primary, _replica, mut con, mut rcon) = pair_with_a_policy();
     assert_eq!(check(&mut con, &TAKE)[0], 1);
