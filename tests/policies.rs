@@ -690,6 +690,73 @@ fn a_replica_holds_the_primary_policies_and_answers_peek_by_name() {
     assert_eq!(policies_of(&mut rcon), policies_of(&mut con));
 }
 
+/// The role (`INFO replication`'s `role`) of the server `con` talks to,
+/// once it is `role`.
+fn wait_role(con: &mut Connection, role: &str) {
+    wait_for(role, Duration::from_secs(20), || {
+        info_field(con, "replication", "role") == role
+    });
+}
+
+/// A primary with a replica, both holding a policy `role` of one tier, and
+/// the check that takes by it.
+fn pair_with_a_policy() -> (Server, Server, Connection, Connection) {
+    let (primary, replica, mut con, rcon) = primary_and_replica();
+    set(&mut con, "role", &["TOKENBUCKET", "100", "0.001"]);
+    run(&mut con, &["WAIT", "1", "5000"]).unwrap();
+    (primary, replica, con, rcon)
+}
+
+const TAKE: [&str; 3] = ["RL.CHECK", "role", "k"];
+
+#[test]
+fn a_check_by_name_follows_replicaof_promoting_and_demoting() {
+    let (_primary, replica, mut con, mut rcon) = pair_with_a_policy();
+    assert_eq!(check(&mut con, &TAKE)[0], 1);
+    assert!(error_of(&mut rcon, &TAKE).starts_with("READONLY"));
+    // The replica promoted: it takes.
+    run(&mut rcon, &["REPLICAOF", "NO", "ONE"]).unwrap();
+    wait_role(&mut rcon, "master");
+    assert_eq!(check(&mut rcon, &TAKE)[0], 1);
+    // The primary demoted: it refuses a take, and still answers a peek.
+    let port = replica.port.to_string();
+    run(&mut con, &["REPLICAOF", "127.0.0.1", &port]).unwrap();
+    wait_role(&mut con, "slave");
+    assert!(error_of(&mut con, &TAKE).starts_with("READONLY"));
+    wait_for(
+        "the link to the new primary",
+        Duration::from_secs(20),
+        || info_field(&mut con, "replication", "master_link_status") == "up",
+    );
+    assert_eq!(check(&mut con, &["RL.CHECK", "role", "k", "PEEK"])[0], 1);
+}
+
+#[test]
+fn a_server_started_as_a_replica_refuses_a_check_by_name_that_takes() {
+    let primary = Server::start(&[]);
+    let mut con = primary.connect();
+    set(&mut con, "role", &["TOKENBUCKET", "100", "0.001"]);
+    let port = primary.port.to_string();
+    let replica = Server::start(&["--replicaof", "127.0.0.1", &port]);
+    let mut rcon = replica.connect();
+    wait_for("the replica link", Duration::from_secs(20), || {
+        info_field(&mut rcon, "replication", "master_link_status") == "up"
+    });
+    assert!(error_of(&mut rcon, &TAKE).starts_with("READONLY"));
+    assert_eq!(check(&mut rcon, &["RL.CHECK", "role", "k", "PEEK"])[0], 1);
+}
+
+#[test]
+fn a_check_by_name_follows_a_failover() {
+    let (_primary, _replica, mut con, mut rcon) = pair_with_a_policy();
+    assert_eq!(check(&mut con, &TAKE)[0], 1);
+    run(&mut con, &["FAILOVER"]).unwrap();
+    wait_role(&mut rcon, "master");
+    wait_role(&mut con, "slave");
+    assert_eq!(check(&mut rcon, &TAKE)[0], 1);
+    assert!(error_of(&mut con, &TAKE).starts_with("READONLY"));
+}
+
 #[test]
 fn info_shows_the_policies_their_digest_and_each_one_counts() {
     let server = Server::start(&[]);
@@ -896,6 +963,32 @@ fn a_key_of_another_algorithm_not_stamped_by_the_policy_stays_wrongtype() {
         );
         assert!(error_of(&mut con, &["RL.CHECK", "fw", key, "PEEK"]).starts_with("WRONGTYPE"));
         assert_eq!(dump(&mut con, key), before, "{key}");
+    }
+}
+
+/// A policy deleted and defined again starts again at version 1: its keys
+/// hold the same stamp as before, under other parameters, and still
+/// migrate by the strategy (the stamp alone does not say a key is current).
+#[test]
+fn a_policy_defined_again_after_its_deletion_migrates_its_keys() {
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    for (strategy, remaining) in [("RESET", 4), ("SCALE", 0), ("KEEP", 1)] {
+        let key = format!("k:{strategy}");
+        let definition = format!("TOKENBUCKET 10 0.001 ON-CHANGE {strategy}");
+        assert_eq!(set_line(&mut con, "again", &definition), 1);
+        assert_eq!(
+            check(&mut con, &["RL.CHECK", "again", &key, "COST", "8"])[2],
+            2
+        );
+        run(&mut con, &["RL.POLICY", "DEL", "again"]).unwrap();
+        let definition = format!("TOKENBUCKET 5 0.001 ON-CHANGE {strategy}");
+        assert_eq!(set_line(&mut con, "again", &definition), 1);
+        // RESET: a fresh bucket of 5; SCALE: 2 of 10 is 1 of 5; KEEP: the 2
+        // tokens as they are. One taken from each.
+        let reply = check(&mut con, &["RL.CHECK", "again", &key]);
+        assert_eq!(&reply[..3], &[1, 5, remaining], "{strategy}");
+        run(&mut con, &["RL.POLICY", "DEL", "again"]).unwrap();
     }
 }
 
@@ -1249,7 +1342,10 @@ fn a_waiter_is_decided_under_its_policy_as_it_stands_when_its_turn_comes() {
     assert_eq!(head(&mut con, &["RL.CHECK", "gone", "b"]), [1, 1, 0]);
     let before = dump(&mut con, "b");
     let waiter = waiting_on(&primary, &mut con, "gone", &["b"]);
-    assert_eq!(int(&run(&mut con, &["RL.POLICY", "DEL", "gone"]).unwrap()), 1);
+    assert_eq!(
+        int(&run(&mut con, &["RL.POLICY", "DEL", "gone"]).unwrap()),
+        1
+    );
     let error = waiter.join().unwrap().expect_err("refused");
     assert!(error.contains("no policy 'gone'"), "{error}");
     assert_eq!(dump(&mut con, "b"), before);

@@ -88,8 +88,7 @@ pub struct Key<'a, M, R = OpenKey<'a>> {
     _open: Opened<'a>,
 }
 
-/// The flag of [`Key::one_at_a_time`] a key holds, cleared when it goes
-/// (dropped with the key, or when the key is taken apart: `Key::into_raw`).
+/// The flag of [`Key::one_at_a_time`] a key holds, cleared when it goes.
 struct Opened<'a>(Option<&'a Cell<bool>>);
 
 impl Drop for Opened<'_> {
@@ -141,12 +140,6 @@ impl<'a, M, R: RawKey> Key<'a, M, R> {
 }
 
 impl<M, R: RawKey> Key<'_, M, R> {
-    /// What the key is made of, to open again as another [`Key`] (see
-    /// `super::engine::store::Store::keep_open`).
-    pub(crate) fn into_raw(self) -> R {
-        self.key
-    }
-
     /// A key of `raw`, which the caller opened as `M` says.
     pub(crate) fn made_of(raw: R) -> Self {
         Self {

@@ -55,6 +55,8 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ));
         return Status::Err;
     }
+    // Not required: without the event, the role is asked each time.
+    ffi::server::on_role_change(loading);
     if !ffi::server::on_fork(loading, commands::restate_policies) {
         ctx.log_warning("ratelimit: cannot subscribe to the server's fork events");
         return Status::Err;

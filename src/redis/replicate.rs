@@ -13,9 +13,8 @@
 use std::cell::Cell;
 
 use super::config::expiry_slack_ms;
-use super::ffi::key::{KeptKey, OpenKey};
 use super::ffi::replicate::{replicate_swapped, replicate_words, KeptString};
-use super::ffi::{now_ms, Args, Ctx, KeyName};
+use super::ffi::{now_ms, Args, Ctx};
 use crate::replay::{Command, Header};
 
 /// The names replays are propagated under, made once at load time and never
@@ -62,25 +61,12 @@ pub struct Run<'a> {
     pub expiry_slack_ms: u32,
     origin: Origin<'a>,
     changed: Cell<bool>,
-    /// A key opened for writing, kept for the next opening of its name in
-    /// this command (`Store::keep_open`).
-    open: Cell<Option<KeptKey>>,
     /// Whether a key opened through this run is open (see
     /// `super::key::Key::one_at_a_time`).
     pub key_open: Cell<bool>,
 }
 
 impl<'a> Run<'a> {
-    /// The key kept open for `name`, if any (any other kept key is closed).
-    pub fn take_open<'k>(&self, name: KeyName<'k>) -> Option<OpenKey<'k>> {
-        self.open.take()?.reopen(name)
-    }
-
-    /// Keeps `open` for the next opening of `name`.
-    pub fn put_open<'k>(&self, name: KeyName<'k>, open: OpenKey<'k>) {
-        self.open.set(Some(open.keep(name)));
-    }
-
     /// A client's `command`, whose replay carries its header on the argument
     /// at `glue_at` (the word after the key; `numkeys` for `RL.ALL`).
     pub fn live(ctx: Ctx<'a>, command: Command, glue_at: usize) -> Self {
@@ -94,7 +80,6 @@ impl<'a> Run<'a> {
                 glue_word: None,
             },
             changed: Cell::new(false),
-            open: Cell::new(None),
             key_open: Cell::new(false),
         }
     }
@@ -112,7 +97,6 @@ impl<'a> Run<'a> {
                 glue_word: Some(word),
             },
             changed: Cell::new(false),
-            open: Cell::new(None),
             key_open: Cell::new(false),
         }
     }
@@ -129,7 +113,6 @@ impl<'a> Run<'a> {
                 words,
             },
             changed: Cell::new(false),
-            open: Cell::new(None),
             key_open: Cell::new(false),
         }
     }
@@ -142,7 +125,6 @@ impl<'a> Run<'a> {
             expiry_slack_ms: header.expiry_slack_ms,
             origin: Origin::Replay,
             changed: Cell::new(false),
-            open: Cell::new(None),
             key_open: Cell::new(false),
         }
     }

@@ -10,7 +10,7 @@ use super::stats::{self, Counted, Counter};
 use crate::algorithms::penalty::Stamp;
 use crate::algorithms::Mode;
 use crate::error::CommandError;
-use crate::parse::policy::{check_request_options, Definition, OnChange};
+use crate::parse::policy::{check_request_options, Definition};
 use crate::parse::{self, AcquireArgs, AllArgs, CheckOptions, Tier};
 use crate::policies::Counters;
 use crate::redis_cell::ClThrottleArgs;
@@ -31,17 +31,22 @@ pub enum Request {
     },
     /// `RL.ALL`.
     All(AllArgs),
-    /// `RL.CHECK`: the inline request its policy stands for, and the
-    /// policy's counters (`INFO ratelimit`), counted beside the inline
-    /// command's.
+    /// `RL.CHECK`: the inline request its policy stands for (one tier: its
+    /// algorithm's check; several: `RL.ALL`), read from the policy's own
+    /// definition, shared with the policy's store rather than copied, so
+    /// a check by name allocates nothing; and the policy's counters
+    /// (`INFO ratelimit`), counted beside the inline command's.
     Policy {
-        request: Box<Request>,
+        /// The definition of the version checked: its tiers, and how a key
+        /// stamped with an older version migrates (`ON-CHANGE`).
+        definition: Arc<Definition>,
+        /// The request's options, the policy's `PENALTY` and `SHADOW`
+        /// applied (see [`Request::policy_options`]).
+        options: CheckOptions,
         counters: Arc<Counters>,
         /// What the keys it decides are stamped with ([`Stamp::NONE`]: a
         /// replay written before stamps, which stamps nothing).
         stamp: Stamp,
-        /// How a key stamped with an older version migrates.
-        on_change: OnChange,
     },
 }
 
@@ -66,10 +71,14 @@ impl Request {
         }
     }
 
-    /// The request a check of `definition` (a policy's) makes with the
-    /// options `words` (after the keys): on the primary, where its replay
-    /// runs, and for a waiter whose policy changed while it waited.
-    pub fn of_policy(definition: &Definition, words: &[&[u8]]) -> Result<Request, CommandError> {
+    /// The options of a check of `definition` (a policy's) given as
+    /// `words` (after the keys), the policy's `PENALTY` and `SHADOW`
+    /// applied: on the primary, where its replay runs, and for a waiter
+    /// whose policy changed while it waited.
+    pub fn policy_options(
+        definition: &Definition,
+        words: &[&[u8]],
+    ) -> Result<CheckOptions, CommandError> {
         let mut options = check_request_options(words)?;
         // The policy's PENALTY and SHADOW, except on a peek (which changes
         // nothing, so neither applies: the inline command refuses them there).
@@ -78,16 +87,7 @@ impl Request {
             options.shadow = definition.shadow;
             parse::options::exclusive(&options)?;
         }
-        Ok(match definition.tiers.as_slice() {
-            [tier] => Request::Check {
-                tier: *tier,
-                options,
-            },
-            tiers => Request::All(AllArgs {
-                tiers: tiers.to_vec(),
-                options,
-            }),
-        })
+        Ok(options)
     }
 
     /// The command a replay of this request names, and the word it glues
@@ -118,7 +118,7 @@ impl Request {
             Request::All(all) => peek_or_take(&all.options),
             Request::Throttle(throttle) => throttle.mode,
             Request::Acquire { .. } => Mode::Take,
-            Request::Policy { request, .. } => request.mode(),
+            Request::Policy { options, .. } => peek_or_take(options),
         }
     }
 
@@ -129,7 +129,7 @@ impl Request {
             Request::All(all) => all.options.block_ms,
             Request::Acquire { args, .. } => args.block_ms,
             Request::Throttle(_) => None,
-            Request::Policy { request, .. } => request.block_ms(),
+            Request::Policy { options, .. } => options.block_ms,
         }
     }
 
@@ -138,10 +138,7 @@ impl Request {
     /// for an acquire it is when the first lease ends, and a release may come
     /// sooner.
     pub fn retry_is_known(&self) -> bool {
-        match self {
-            Request::Policy { request, .. } => request.retry_is_known(),
-            other => !matches!(other, Request::Acquire { .. }),
-        }
+        !matches!(self, Request::Acquire { .. })
     }
 
     /// The id the server drew for an acquire, which its replay carries.
@@ -150,7 +147,6 @@ impl Request {
             Request::Acquire {
                 id, drawn: true, ..
             } => Some(id),
-            Request::Policy { request, .. } => request.drawn_id(),
             _ => None,
         }
     }
@@ -161,7 +157,7 @@ impl Request {
             Request::Check { options, .. } => options.shadow,
             Request::All(all) => all.options.shadow,
             Request::Throttle(_) | Request::Acquire { .. } => false,
-            Request::Policy { request, .. } => request.shadow(),
+            Request::Policy { options, .. } => options.shadow,
         }
     }
 
@@ -172,7 +168,11 @@ impl Request {
             Request::Throttle(_) => &stats::CL_THROTTLE,
             Request::Acquire { .. } => &stats::ACQUIRE,
             Request::All(_) => &stats::ALL,
-            Request::Policy { request, .. } => request.counter(),
+            // The inline command's: one tier's algorithm, or RL.ALL.
+            Request::Policy { definition, .. } => match definition.tiers.as_slice() {
+                [tier] => counter_of(tier),
+                _ => &stats::ALL,
+            },
         }
     }
 }

@@ -105,12 +105,13 @@ fn apply_check_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
         if keys.len() != n {
             return Err(CommandError::Arity);
         }
-        let result = Request::of_policy(&definition, words.get(1 + n..).unwrap_or_default())
-            .map(|request| Request::Policy {
-                request: Box::new(request),
+        let options = Request::policy_options(&definition, words.get(1 + n..).unwrap_or_default());
+        let result = options
+            .map(|options| Request::Policy {
+                definition: Arc::new(definition),
+                options,
                 counters: Arc::default(),
                 stamp,
-                on_change: definition.on_change,
             })
             .and_then(|request| decide(&run, &request, &keys, request.mode()).map(drop));
         run.propagate(Some(args), None);

@@ -298,7 +298,7 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
         }
     };
     let words = args.bytes_from(2 + n);
-    let request = Request::of_policy(&definition, &words).map_err(|error| {
+    let options = Request::policy_options(&definition, &words).map_err(|error| {
         // A word that is no option may be a key too many.
         if error.text().starts_with("ERR syntax error: unknown option") {
             wrong_keys(policy, n)
@@ -306,17 +306,14 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
             error
         }
     })?;
-    if request.mode() == crate::algorithms::Mode::Take
-        && ctx.is_replica()
-        && !ctx.sent_by_primary_or_aof()
-    {
+    if !options.peek && ctx.is_replica() && !ctx.sent_by_primary_or_aof() {
         return Err(CommandError::Reply(
             "READONLY You can't write against a read only replica.".into(),
         ));
     }
     // A check that waits keeps its command as words, for its replay when
     // it is served: RL.CHECK's, the definition in place of the name.
-    let mut waiting = request.block_ms().is_some().then(|| {
+    let mut waiting = options.block_ms.is_some().then(|| {
         let all = (0..args.len()).filter_map(|i| args.bytes(i));
         OwnedArgs::new(
             all.enumerate()
@@ -326,10 +323,10 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
     let waiting_args = waiting.as_mut().map(OwnedArgs::args);
     let run = Run::live_glued(ctx, Command::Policy, 1, &replayed);
     let request = Request::Policy {
-        request: Box::new(request),
+        definition,
+        options,
         counters,
         stamp,
-        on_change: definition.on_change,
     };
     Ok(respond(
         &run,

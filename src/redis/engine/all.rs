@@ -9,7 +9,7 @@ use super::store::Store;
 use super::{penalty_of, Checked};
 use crate::algorithms::{Decision, Mode};
 use crate::error::CommandError;
-use crate::parse::AllArgs;
+use crate::parse::{AllArgs, CheckOptions, Tier};
 
 /// `RL.ALL`'s tiers on `keys`, in `mode`: every tier is planned at one
 /// instant, before anything is written, so that a WRONGTYPE or a denial on
@@ -21,9 +21,20 @@ pub fn all<S: Store>(
     parsed: &AllArgs,
     mode: Mode,
 ) -> Result<(Decision, Vec<Decision>), CommandError> {
-    let cost = parsed.options.cost;
+    all_tiers(run, keys, &parsed.tiers, &parsed.options, mode)
+}
+
+/// [`all`] of `tiers` with `options` (a policy's tiers, read in place).
+pub fn all_tiers<S: Store>(
+    run: &S,
+    keys: &[S::Name],
+    tiers: &[Tier],
+    options: &CheckOptions,
+    mode: Mode,
+) -> Result<(Decision, Vec<Decision>), CommandError> {
+    let cost = options.cost;
     let mut plans = Vec::with_capacity(keys.len());
-    for (tier, &key_name) in parsed.tiers.iter().zip(keys) {
+    for (tier, &key_name) in tiers.iter().zip(keys) {
         plans.push(on_tier(
             tier,
             Planning {
@@ -41,7 +52,7 @@ pub fn all<S: Store>(
         if plans.iter().any(|p| p.grows) {
             run.out_of_memory()?;
         }
-        for ((decision, tier), &key_name) in decisions.iter_mut().zip(&parsed.tiers).zip(keys) {
+        for ((decision, tier), &key_name) in decisions.iter_mut().zip(tiers).zip(keys) {
             *decision = on_tier(
                 tier,
                 Taking {
@@ -57,7 +68,7 @@ pub fn all<S: Store>(
         // own gets the penalty, if one was asked; every key keeps its
         // expiry in its band, and, when the request waits, until its turn
         // (`held_until`).
-        let penalty_ms = penalty_of(&parsed.options);
+        let penalty_ms = penalty_of(options);
         // Each tier's penalty end, `NO_PENALTY` for none: plain integers, so
         // no `None` with undefined payload bytes sits in the heap (valgrind
         // flags the branch the optimiser builds over such a payload).
@@ -69,7 +80,7 @@ pub fn all<S: Store>(
         }
         let combined = Decision::all_of(&decisions);
         for (((tier, &key_name), until_ms), decision) in
-            parsed.tiers.iter().zip(keys).zip(penalties).zip(&decisions)
+            tiers.iter().zip(keys).zip(penalties).zip(&decisions)
         {
             on_tier(
                 tier,
@@ -77,7 +88,7 @@ pub fn all<S: Store>(
                     run,
                     key_name,
                     until_ms: (until_ms != NO_PENALTY).then_some(until_ms),
-                    held_ms: held_until(run.now_ms(), decision, &combined, parsed.options.block_ms),
+                    held_ms: held_until(run.now_ms(), decision, &combined, options.block_ms),
                 },
             )?;
         }

@@ -280,7 +280,22 @@ pub fn apply<S: Store, A: Checked>(
     if mode == Mode::Peek {
         return Ok(plan::<S, A>(run, key_name, params, cost)?.decision);
     }
-    let mut key = run.write(key_name)?;
+    let key = run.write(key_name)?;
+    apply_open::<S, A>(run, key, key_name, params, cost, penalty_ms, block_ms)
+}
+
+/// [`apply`]'s request (a take) on its key, already open for writing (a
+/// check by a policy's name, which looked at the key's stamp first).
+#[inline(always)]
+pub fn apply_open<S: Store, A: Checked>(
+    run: &S,
+    mut key: Key<'_, Write, S::Raw<'_>>,
+    key_name: S::Name,
+    params: A::Params,
+    cost: u64,
+    penalty_ms: Option<u64>,
+    block_ms: Option<u64>,
+) -> Result<Decision, CommandError> {
     match take::<S, A>(run, &mut key, key_name, params, cost, Memory::ToCheck)? {
         Took::Taken(decision) => Ok(decision),
         Took::Denied(denied) => {

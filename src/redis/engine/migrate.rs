@@ -5,9 +5,10 @@
 //! Every key a policy checks holds its algorithm's extended form, stamped
 //! with the policy's name hash and the version that last decided it
 //! (`crate::algorithms::penalty::Stamp`). Per tier, a key:
-//! - stamped with this version, under the tier's parameters: nothing to do
-//!   (the cost of this step on nearly every check: a key lookup and two
-//!   compares);
+//! - stamped with this version, under the tier's parameters: nothing to do.
+//!   On nearly every check that is all there is: for one tier taking, the
+//!   stamp is read on the key the decision opens ([`decided_if_current`]),
+//!   so the step costs two compares, not a lookup of its own;
 //! - stamped with this policy, under other parameters of the same algorithm:
 //!   `KEEP` restamps it (the decision reads it under the new parameters,
 //!   clamped, as an inline command with changed parameters does); `SCALE`
@@ -35,7 +36,7 @@
 use super::super::key::{Holds, Key};
 use super::super::outcome::Outcome;
 use super::super::types::PenalizedStored;
-use super::check::{on_tier, OnTier};
+use super::check::{apply_open, on_tier, OnTier};
 use super::store::Store;
 use super::Checked;
 use crate::algorithms::migration::migrated;
@@ -87,10 +88,9 @@ pub fn before<'a, S: Store + 'a>(
     mode: Mode,
     cost: u64,
 ) -> Result<Result<Migration<'a, S>, Outcome>, CommandError> {
-    // One tier (the usual policy): no list of plans, and its key, when
-    // nothing is to be done, stays open for the decision.
+    // One tier (the usual policy): no list of plans.
     if let ([tier], Some(&key_name)) = (tiers, keys.first()) {
-        let planned = plan_tier(run, key_name, tier, stamp, on_change, mode, cost, true)?;
+        let planned = plan_tier(run, key_name, tier, stamp, on_change, mode, cost)?;
         if mode == Mode::Peek {
             if let (true, Some(peek)) = (planned.migrated, planned.peek) {
                 return Ok(Err(Outcome::Decision(peek)));
@@ -106,11 +106,10 @@ pub fn before<'a, S: Store + 'a>(
         };
         return Ok(Ok(Migration { after }));
     }
-    let keep = false;
     let mut planned = Vec::with_capacity(tiers.len());
     for (tier, &key_name) in tiers.iter().zip(keys) {
         planned.push(plan_tier(
-            run, key_name, tier, stamp, on_change, mode, cost, keep,
+            run, key_name, tier, stamp, on_change, mode, cost,
         )?);
     }
     if mode == Mode::Peek {
@@ -135,6 +134,85 @@ pub fn before<'a, S: Store + 'a>(
     Ok(Ok(Migration { after }))
 }
 
+/// The usual check by name: one tier, taking. When its key holds the
+/// tier's state stamped with this version under the tier's parameters, or
+/// nothing, the decision, taken as the inline command takes it on the very
+/// key the stamp was read from (opened once, nothing else looked up); a new
+/// key is made in its stamped form. `None` when the key needs the
+/// migration step first ([`before`]), having changed nothing.
+pub fn decided_if_current<S: Store>(
+    run: &S,
+    key_name: S::Name,
+    tier: &Tier,
+    stamp: Stamp,
+    cost: u64,
+    penalty_ms: Option<u64>,
+    block_ms: Option<u64>,
+) -> Result<Option<Decision>, CommandError> {
+    struct Current<'r, S: Store> {
+        run: &'r S,
+        key_name: S::Name,
+        stamp: Stamp,
+        cost: u64,
+        penalty_ms: Option<u64>,
+        block_ms: Option<u64>,
+    }
+    impl<S: Store> OnTier for Current<'_, S> {
+        type Out = Result<Option<Decision>, CommandError>;
+        #[inline]
+        fn on<B: Checked>(self, params: B::Params) -> Self::Out {
+            let Current {
+                run,
+                key_name,
+                stamp,
+                cost,
+                penalty_ms,
+                block_ms,
+            } = self;
+            let mut key = run.write(key_name)?;
+            if key.is_empty() {
+                // Made in its stamped form right away, a fresh state, when
+                // the request will take from it (what the decision then
+                // does on it is what it does on a missing key: the same
+                // fresh state, at the same time), so that it is not stored
+                // plain, then stamped. A request a fresh state denies makes
+                // no key.
+                let now_ms = run.now_ms();
+                if B::check_with(None, params, now_ms, cost, Mode::Take)
+                    .1
+                    .is_some()
+                {
+                    run.out_of_memory()?;
+                    key.set(B::extended(0, stamp, B::fresh(params, now_ms)))?;
+                }
+            } else {
+                let current = match key.holds_form::<B>() {
+                    Holds::Sibling(extended) => {
+                        B::stamp_of(extended) == stamp
+                            && B::parts_ref(extended).0.params() == params
+                    }
+                    _ => false,
+                };
+                if !current {
+                    return Ok(None);
+                }
+            }
+            apply_open::<S, B>(run, key, key_name, params, cost, penalty_ms, block_ms).map(Some)
+        }
+    }
+    on_tier(
+        tier,
+        Current {
+            run,
+            key_name,
+            stamp,
+            cost,
+            penalty_ms,
+            block_ms,
+        },
+    )
+}
+
 /// A tier's [`plan`], through the engine's one dispatch on a tier
 /// ([`on_tier`]).
 struct Planning<'r, 'a, S: Store> {
@@ -144,7 +222,6 @@ struct Planning<'r, 'a, S: Store> {
     on_change: OnChange,
     mode: Mode,
     cost: u64,
-    keep: bool,
     planned: std::marker::PhantomData<&'a ()>,
 }
 
@@ -159,7 +236,6 @@ impl<'a, S: Store + 'a> OnTier for Planning<'_, 'a, S> {
             self.on_change,
             self.mode,
             self.cost,
-            self.keep,
         )
     }
 }
@@ -174,7 +250,6 @@ fn plan_tier<'a, S: Store + 'a>(
     on_change: OnChange,
     mode: Mode,
     cost: u64,
-    keep: bool,
 ) -> Result<Planned<'a, S>, CommandError> {
     let planning = Planning {
         run,
@@ -183,7 +258,6 @@ fn plan_tier<'a, S: Store + 'a>(
         on_change,
         mode,
         cost,
-        keep,
         planned: std::marker::PhantomData,
     };
     on_tier(tier, planning)
@@ -225,7 +299,6 @@ macro_rules! across {
 }
 crate::registry!(across);
 
-#[allow(clippy::too_many_arguments)]
 fn plan<'a, S: Store + 'a, B: Checked>(
     run: &S,
     key_name: S::Name,
@@ -234,48 +307,20 @@ fn plan<'a, S: Store + 'a, B: Checked>(
     on_change: OnChange,
     mode: Mode,
     cost: u64,
-    keep: bool,
 ) -> Result<Planned<'a, S>, CommandError> {
     let now = (params, stamp, on_change, mode, cost);
     if mode == Mode::Take {
-        // Opened for writing, so that when nothing is to be done the
-        // decision can use this very key (`Store::keep_open`): one lookup
-        // a check, not two.
-        let mut key = run.write(key_name)?;
-        if keep && key.is_empty() {
-            // A new key of a one-tier policy: made in its stamped form
-            // right away, a fresh state, when the request will take from
-            // it (what the decision then does on it is what it does on a
-            // missing key: the same fresh state, at the same time), so
-            // that it is not stored plain, then looked up again to be
-            // stamped. A request a fresh state denies makes no key.
-            let now_ms = run.now_ms();
-            if B::check_with(None, params, now_ms, cost, Mode::Take)
-                .1
-                .is_some()
-            {
-                run.out_of_memory()?;
-                key.set(B::extended(0, stamp, B::fresh(params, now_ms)))?;
-            }
-            run.keep_open(key_name, key);
-            return Ok(kept(None, None));
-        }
-        plan_on::<S, B, _>(run, key, now, |key| {
-            if keep {
-                run.keep_open(key_name, key);
-            }
-        })
+        plan_on::<S, B, _>(run, run.write(key_name)?, now)
     } else {
-        plan_on::<S, B, _>(run, run.read(key_name)?, now, drop)
+        plan_on::<S, B, _>(run, run.read(key_name)?, now)
     }
 }
 
-/// [`plan`] on the open `key`; `keep` takes it when nothing is to be done.
+/// [`plan`] on the open `key`.
 fn plan_on<'a, 'k, S: Store + 'a, B: Checked, M>(
     run: &S,
     key: Key<'k, M, S::Raw<'k>>,
     (params, stamp, on_change, mode, cost): (B::Params, Stamp, OnChange, Mode, u64),
-    keep: impl FnOnce(Key<'k, M, S::Raw<'k>>),
 ) -> Result<Planned<'a, S>, CommandError> {
     let now_ms = run.now_ms();
     let mut current = None;
@@ -323,7 +368,7 @@ fn plan_on<'a, 'k, S: Store + 'a, B: Checked, M>(
         },
     };
     if let Some(peek) = current {
-        keep(key);
+        drop(key);
         return Ok(kept(None, peek));
     }
     if restamp {

@@ -41,12 +41,6 @@ pub trait Store {
     /// After a key was written: Redis is told it changed, and the command
     /// will be propagated.
     fn written(&self, name: Self::Name);
-
-    /// Keeps `key`, opened for writing, for the next [`Store::read`] or
-    /// [`Store::write`] of `name` in this command (a policy's migration
-    /// step hands the key it looked at to the decision: one lookup, not
-    /// two). By default it is closed.
-    fn keep_open(&self, _name: Self::Name, _key: Key<'_, Write, Self::Raw<'_>>) {}
 }
 
 impl<'a> Store for Run<'a> {
@@ -66,22 +60,12 @@ impl<'a> Store for Run<'a> {
 
     #[inline]
     fn read(&self, name: KeyName<'a>) -> Result<Key<'_, Read, OpenKey<'a>>, CommandError> {
-        Key::one_at_a_time(&self.key_open, || {
-            self.take_open(name)
-                .unwrap_or_else(|| OpenKey::open(self.ctx, name, false))
-        })
+        Key::one_at_a_time(&self.key_open, || OpenKey::open(self.ctx, name, false))
     }
 
     #[inline]
     fn write(&self, name: KeyName<'a>) -> Result<Key<'_, Write, OpenKey<'a>>, CommandError> {
-        Key::one_at_a_time(&self.key_open, || {
-            self.take_open(name)
-                .unwrap_or_else(|| OpenKey::open(self.ctx, name, true))
-        })
-    }
-
-    fn keep_open(&self, name: KeyName<'a>, key: Key<'_, Write, OpenKey<'a>>) {
-        self.put_open(name, key.into_raw());
+        Key::one_at_a_time(&self.key_open, || OpenKey::open(self.ctx, name, true))
     }
 
     fn out_of_memory(&self) -> Result<(), CommandError> {

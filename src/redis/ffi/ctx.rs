@@ -4,6 +4,7 @@
 
 use std::ffi::{c_int, c_long, c_longlong, CStr, CString};
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use redis_module::raw;
 
@@ -19,6 +20,27 @@ use crate::error::CommandError;
 pub struct Ctx<'a> {
     ptr: *mut raw::RedisModuleCtx,
     life: PhantomData<&'a raw::RedisModuleCtx>,
+}
+
+/// This server's role as tracked ([`track_role`]): unknown until then.
+static ROLE: AtomicU8 = AtomicU8::new(UNKNOWN);
+const UNKNOWN: u8 = 0;
+const PRIMARY: u8 = 1;
+const REPLICA: u8 = 2;
+
+/// Tracks this server's role from now on: `Some(replica)` at each change
+/// (`super::server::on_role_change`, whose event follows every way a role
+/// changes: `REPLICAOF`, both sides of `FAILOVER`, a cluster's failover),
+/// `None` to ask the server each time again. A check by name reads the
+/// role on every request; asking the server (`RedisModule_GetContextFlags`,
+/// which gathers every flag) cost it about 130 instructions.
+pub fn track_role(replica: Option<bool>) {
+    let role = match replica {
+        None => UNKNOWN,
+        Some(false) => PRIMARY,
+        Some(true) => REPLICA,
+    };
+    ROLE.store(role, Relaxed);
 }
 
 /// Makes the `extern "C"` function Redis calls for a command from its body,
@@ -243,9 +265,15 @@ impl<'a> Ctx<'a> {
         self.flags() & raw::REDISMODULE_CTX_FLAGS_AOF as c_int != 0
     }
 
-    /// Whether this server is a replica (its data comes from its primary).
+    /// Whether this server is a replica (its data comes from its primary):
+    /// its role as last tracked ([`track_role`]), without asking the
+    /// server; asked when it is not tracked.
     pub fn is_replica(self) -> bool {
-        self.flags() & raw::REDISMODULE_CTX_FLAGS_SLAVE as c_int != 0
+        match ROLE.load(Relaxed) {
+            PRIMARY => false,
+            REPLICA => true,
+            _ => self.flags() & raw::REDISMODULE_CTX_FLAGS_SLAVE as c_int != 0,
+        }
     }
 
     /// Propagates the running command as it is (to replicas and the AOF).

@@ -28,54 +28,7 @@ pub struct OpenKey<'a> {
     life: PhantomData<Ctx<'a>>,
 }
 
-/// A key opened for writing, kept by a command for a later opening of the
-/// same name (see `crate::redis::replicate::Run`): without the command's
-/// lifetime, so that holding one changes no type's variance; closed when
-/// dropped, if not opened again.
-pub struct KeptKey {
-    name: *mut raw::RedisModuleString,
-    ptr: *mut raw::RedisModuleKey,
-}
-
-impl KeptKey {
-    /// The key again, if it was kept for `name` (the very same argument of
-    /// the running command); otherwise `None`, and it is closed.
-    pub fn reopen<'a>(self, name: KeyName<'a>) -> Option<OpenKey<'a>> {
-        if !std::ptr::eq(self.name, name.raw()) {
-            return None;
-        }
-        let ptr = self.ptr;
-        std::mem::forget(self);
-        // The key was opened for this command's argument `name`, which
-        // lives as long as `'a`.
-        Some(OpenKey {
-            ptr,
-            life: PhantomData,
-        })
-    }
-}
-
-impl Drop for KeptKey {
-    fn drop(&mut self) {
-        if !self.ptr.is_null() {
-            // SAFETY: `ptr` was opened by `OpenKey::open` and, kept here,
-            // is closed once.
-            unsafe { rm!(RedisModule_CloseKey)(self.ptr) };
-        }
-    }
-}
-
 impl<'a> OpenKey<'a> {
-    /// Keeps the key, opened for `name`, for [`KeptKey::reopen`].
-    pub fn keep(self, name: KeyName<'a>) -> KeptKey {
-        let kept = KeptKey {
-            name: name.raw(),
-            ptr: self.ptr,
-        };
-        std::mem::forget(self);
-        kept
-    }
-
     /// Opens `name` for reading, or for reading and writing. Opening does not
     /// create the key; setting a value does.
     pub fn open(ctx: Ctx<'a>, name: KeyName<'a>, write: bool) -> Self {

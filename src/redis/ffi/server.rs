@@ -10,7 +10,7 @@ use redis_module::raw;
 
 use super::api::rm;
 use super::args::string_bytes;
-use super::ctx::Ctx;
+use super::ctx::{track_role, Ctx};
 
 /// The server's clock, in Unix milliseconds.
 pub fn now_ms() -> i64 {
@@ -84,6 +84,34 @@ fn subscribe_server_event(
     let status =
         unsafe { rm!(RedisModule_SubscribeToServerEvent)(ctx.raw(), event, Some(callback)) };
     status == raw::REDISMODULE_OK as c_int
+}
+
+/// Keeps this server's role tracked (`super::ctx::track_role`): read from
+/// `ctx`'s flags now (at load time: a server started with `replicaof` is a
+/// replica already), then set by each role-change event. False, and the
+/// role asked each time, when the server has no such event.
+pub fn on_role_change(ctx: Ctx<'_>) -> bool {
+    let subscribed = subscribe_server_event(
+        ctx,
+        raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+        role_changed,
+    );
+    track_role(None);
+    if subscribed {
+        track_role(Some(ctx.is_replica()));
+    }
+    subscribed
+}
+
+unsafe extern "C" fn role_changed(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    track_role(Some(
+        subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA,
+    ));
 }
 
 static CONFIG_CHANGED: OnceLock<fn()> = OnceLock::new();

@@ -157,7 +157,7 @@ fn following(parked: &Parked, keys: usize) -> Result<Option<Parked>, CommandErro
         .iter()
         .map(Vec::as_slice)
         .collect();
-    let request = Request::of_policy(definition, &options)?;
+    let options = Request::policy_options(definition, &options)?;
     let mut words = parked.words.clone();
     if let Some(word) = words.get_mut(1) {
         word.clone_from(&current.replayed);
@@ -165,10 +165,10 @@ fn following(parked: &Parked, keys: usize) -> Result<Option<Parked>, CommandErro
     Ok(Some(Parked {
         words,
         request: Request::Policy {
-            request: Box::new(request),
+            definition: Arc::clone(definition),
+            options,
             counters: Arc::clone(&policy.counters),
             stamp: current.stamp,
-            on_change: definition.on_change,
         },
         policy: Some(name.clone()),
     }))
