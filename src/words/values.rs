@@ -17,10 +17,7 @@ pub use crate::encoding::MAX_DURATION_MS;
 pub fn amount(arg: &[u8], name: &str) -> Result<u64, CommandError> {
     let err = || CommandError::must_be(name, "an integer from 1 to 9007199254740991");
     // The plain form, read in place: a limit is parsed on every check.
-    if !arg.is_empty() && arg.len() <= 16 && arg.iter().all(u8::is_ascii_digit) {
-        let value = arg
-            .iter()
-            .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'));
+    if let Some(value) = plain_digits(arg, 16) {
         return if (1..=MAX_AMOUNT).contains(&value) {
             Ok(value)
         } else {
@@ -32,6 +29,26 @@ pub fn amount(arg: &[u8], name: &str) -> Result<u64, CommandError> {
         Err(NotANumber::NotFinite) => Err(not_finite(name, arg)),
         _ => Err(err()),
     }
+}
+
+/// The value of `text` when it is 1 to `max_len` decimal digits and nothing
+/// else (`max_len` at most 19, so the value fits): the plain form of the
+/// numbers a check parses on every call, read in one pass that stops at
+/// the first other byte.
+#[inline(always)]
+fn plain_digits(text: &[u8], max_len: usize) -> Option<u64> {
+    if text.is_empty() || text.len() > max_len.min(19) {
+        return None;
+    }
+    let mut value = 0u64;
+    for &byte in text {
+        let digit = byte.wrapping_sub(b'0');
+        if digit > 9 {
+            return None;
+        }
+        value = value * 10 + u64::from(digit);
+    }
+    Some(value)
 }
 
 /// A whole number in `1..=max`, for small settings such as `PRECISION`.
@@ -189,10 +206,9 @@ pub fn whole_number(text: &[u8]) -> Result<Option<i64>, NotANumber> {
         [b'-', rest @ ..] => (true, rest),
         _ => (false, text),
     };
-    if !digits.is_empty() && digits.len() <= 18 && digits.iter().all(u8::is_ascii_digit) {
-        let value = digits
-            .iter()
-            .fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0'));
+    if let Some(value) = plain_digits(digits, 18) {
+        // At most 18 digits: below 10^18, within `i64`.
+        let value = value as i64;
         return Ok(Some(if negative { -value } else { value }));
     }
     let w = written(text)?;
@@ -344,10 +360,7 @@ pub fn duration_ms(arg: &[u8], name: &str) -> Result<u64, CommandError> {
     // Plain digits (`60`, `1h`, `500ms`), in integers: the same value the
     // decimal reading below gives them (it is exact for whole numbers of
     // up to 15 digits), without a double's division and rounding.
-    if (1..=15).contains(&number.len()) && number.iter().all(u8::is_ascii_digit) {
-        let value = number
-            .iter()
-            .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'));
+    if let Some(value) = plain_digits(number, 15) {
         return match value.checked_mul(unit_ms) {
             Some(ms) if (1..=MAX_DURATION_MS).contains(&ms) => Ok(ms),
             _ => Err(err()),
