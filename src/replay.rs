@@ -113,17 +113,16 @@ impl Header {
             }
     }
 
-    /// Writes [`Header::glued_to`] into `out`, which must be exactly
-    /// `encoded_len() + word.len()` long (a caller's buffer: no allocation).
-    pub fn glue_into(&self, word: &[u8], out: &mut [u8]) {
-        let id = self.drawn_id.as_deref().unwrap_or_default();
-        let id_len = [id.len() as u8];
-        // The fields every header has, as one array of a size known when
-        // compiling: written with a few moves, not a copy call per field
-        // (this runs on every check that changed a key).
+    /// The header's fields every header has (the command, `now_ms`,
+    /// `expiry_slack_ms`), as the bytes that start it: the whole header of
+    /// every replay but `RL.ACQUIRE`'s (see [`Header::optional_len`]).
+    /// One array of a size known when compiling: written with a few moves,
+    /// not a copy call per field (this runs on every check that changed a
+    /// key).
+    pub fn fixed(&self) -> [u8; FIXED_LEN] {
         let now = self.now_ms.to_le_bytes();
         let slack = self.expiry_slack_ms.to_le_bytes();
-        let fixed: [u8; FIXED_LEN] = [
+        [
             self.command.code(),
             now[0],
             now[1],
@@ -137,10 +136,23 @@ impl Header {
             slack[1],
             slack[2],
             slack[3],
-        ];
+        ]
+    }
+
+    /// The length of the header's optional fields, after [`Header::fixed`]:
+    /// 0 but for `RL.ACQUIRE`.
+    pub fn optional_len(&self) -> usize {
+        self.encoded_len() - FIXED_LEN
+    }
+
+    /// Writes [`Header::glued_to`] into `out`, which must be exactly
+    /// `encoded_len() + word.len()` long (a caller's buffer: no allocation).
+    pub fn glue_into(&self, word: &[u8], out: &mut [u8]) {
+        let id = self.drawn_id.as_deref().unwrap_or_default();
+        let id_len = [id.len() as u8];
         let mut rest = match out.split_first_chunk_mut::<FIXED_LEN>() {
             Some((head, tail)) => {
-                *head = fixed;
+                *head = self.fixed();
                 tail
             }
             None => out,

@@ -366,19 +366,144 @@ pub(crate) fn ns_to_ms_ceil(ns: i128) -> i64 {
 /// Milliseconds, rounded up, for a duration given in seconds as a float;
 /// saturates instead of overflowing, so no input can make it panic.
 pub(crate) fn ceil_ms(seconds: f64) -> i64 {
-    let ms = (seconds * 1000.0).ceil();
+    // Rounded up after the range is checked, where the integer conversion
+    // rounds exactly (`f64::ceil` is a library call on this target: a
+    // token bucket's check makes several).
+    let ms = seconds * 1000.0;
     if ms.is_nan() || ms <= 0.0 {
         0
     } else if ms >= MAX_TIMESTAMP_MS as f64 {
         MAX_TIMESTAMP_MS
     } else {
-        ms as i64
+        // 0 < ms < 2^53: the conversion truncates, which is rounding down,
+        // and the truncated value converts back exactly.
+        let down = ms as i64;
+        down + i64::from((down as f64) < ms)
+    }
+}
+
+/// `x.round()` (halves away from zero, the sign of a zero kept) without the
+/// library call `f64::round` is on this target; a token bucket's refill
+/// makes one on every check.
+pub(crate) fn round(x: f64) -> f64 {
+    // From 2^52 on every double is whole (and NaN and the infinities are
+    // their own rounding): the library's answer, which is `x`.
+    if x.is_nan() || x.abs() >= (1u64 << 52) as f64 {
+        return x.round();
+    }
+    // |x| < 2^52: truncating is exact, and so is `x - whole` (both lie
+    // within one binade of each other, or `whole` is 0).
+    let whole = (x as i64 as f64).copysign(x);
+    let fraction = x - whole;
+    if fraction >= 0.5 {
+        whole + 1.0
+    } else if fraction <= -0.5 {
+        whole - 1.0
+    } else {
+        whole
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Doubles on both sides of every edge the rounding helpers have: 0,
+    /// halves, whole numbers, 2^52, 2^53, the timestamp limit, the
+    /// infinities and NaN.
+    fn rounding_edges() -> Vec<f64> {
+        let mut values = vec![
+            0.0,
+            -0.0,
+            f64::MIN_POSITIVE,
+            5e-324,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            f64::MAX,
+            f64::MIN,
+            0.49999999999999994,
+            -0.49999999999999994,
+        ];
+        for edge in [
+            0.5,
+            1.0,
+            1.5,
+            2.5,
+            1e3,
+            1e6,
+            2f64.powi(52),
+            2f64.powi(53),
+            2f64.powi(63),
+        ] {
+            for x in [edge, edge.next_up(), edge.next_down()] {
+                values.extend([x, -x]);
+            }
+        }
+        values
+    }
+
+    #[test]
+    fn round_is_the_library_round_bit_for_bit() {
+        for x in rounding_edges() {
+            assert_eq!(round(x).to_bits(), x.round().to_bits(), "round({x:e})");
+        }
+    }
+
+    #[test]
+    fn ceil_ms_rounds_up_as_the_library_ceil_does() {
+        let library = |seconds: f64| {
+            let ms = (seconds * 1000.0).ceil();
+            if ms.is_nan() || ms <= 0.0 {
+                0
+            } else if ms >= MAX_TIMESTAMP_MS as f64 {
+                MAX_TIMESTAMP_MS
+            } else {
+                ms as i64
+            }
+        };
+        for x in rounding_edges() {
+            for seconds in [x, x / 1000.0, x / 3.0] {
+                assert_eq!(ceil_ms(seconds), library(seconds), "ceil_ms({seconds:e})");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn round_and_ceil_ms_match_the_library_on_any_double(bits: u64) {
+            let x = f64::from_bits(bits);
+            proptest::prop_assert_eq!(round(x).to_bits(), x.round().to_bits());
+            let ms = (x * 1000.0).ceil();
+            let library = if ms.is_nan() || ms <= 0.0 {
+                0
+            } else if ms >= MAX_TIMESTAMP_MS as f64 {
+                MAX_TIMESTAMP_MS
+            } else {
+                ms as i64
+            };
+            proptest::prop_assert_eq!(ceil_ms(x), library);
+        }
+
+        #[test]
+        fn round_and_ceil_ms_match_the_library_on_halves_and_whole_milliseconds(n in -(1i64 << 54)..(1i64 << 54)) {
+            let half = n as f64 / 2.0;
+            proptest::prop_assert_eq!(round(half).to_bits(), half.round().to_bits());
+            let seconds = n as f64 / 1000.0;
+            let ms = (seconds * 1000.0).ceil();
+            let library = if ms <= 0.0 { 0 } else if ms >= MAX_TIMESTAMP_MS as f64 { MAX_TIMESTAMP_MS } else { ms as i64 };
+            proptest::prop_assert_eq!(ceil_ms(seconds), library);
+        }
+
+        #[test]
+        fn round_matches_the_library_on_tokens_a_bucket_holds(x in -1e7f64..1e10) {
+            proptest::prop_assert_eq!(round(x).to_bits(), x.round().to_bits());
+            proptest::prop_assert_eq!(ceil_ms(x / 7.0), {
+                let ms = (x / 7.0 * 1000.0).ceil();
+                if ms <= 0.0 { 0 } else if ms >= MAX_TIMESTAMP_MS as f64 { MAX_TIMESTAMP_MS } else { ms as i64 }
+            });
+        }
+    }
 
     /// Values on both sides of the 64-bit fast paths' edges.
     fn wide_values() -> Vec<i128> {

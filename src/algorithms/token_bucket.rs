@@ -79,7 +79,7 @@ pub struct TokenBucket {
 /// of a token, so that a real fraction (a refill of 0.5 in a bucket of a
 /// billion) is never rounded away.
 fn snap(tokens: f64) -> f64 {
-    let whole = tokens.round();
+    let whole = super::round(tokens);
     if (tokens - whole).abs() <= (1e-9 * whole.abs().max(1.0)).min(1e-6) {
         whole
     } else {
@@ -203,7 +203,10 @@ impl Algorithm for TokenBucket {
         Decision {
             allowed,
             limit: capacity,
-            remaining: self.tokens.floor() as u64,
+            // The conversion saturates at 0 and truncates: for every
+            // double, what `floor()` then the conversion gives, without
+            // the library call.
+            remaining: self.tokens as u64,
             retry_after_ms,
             reset_after_ms: self.fresh_at_ms().saturating_sub(now_ms).max(0),
             delay_ms: None,

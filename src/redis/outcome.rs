@@ -139,8 +139,9 @@ impl Outcome {
 /// (not for `RL.TOP`: nothing was denied), and answered allowed (see
 /// [`Outcome::shadowed`]).
 pub fn answer(run: &Run<'_>, request: &Request, keys: &[KeyName<'_>], outcome: &Outcome) -> Status {
-    tally(run.ctx, request, keys, outcome);
-    if request.shadow() {
+    let shadow = request.shadow();
+    tally_as(run.ctx, request, shadow, keys, outcome);
+    if shadow {
         outcome.clone().shadowed().reply(run.ctx)
     } else {
         outcome.reply(run.ctx)
@@ -150,7 +151,19 @@ pub fn answer(run: &Run<'_>, request: &Request, keys: &[KeyName<'_>], outcome: &
 /// Counts a decided request and announces its denial, as [`answer`] does,
 /// for an answer replied later (a waiter's).
 pub fn tally(ctx: Ctx<'_>, request: &Request, keys: &[KeyName<'_>], outcome: &Outcome) {
-    let shadow = request.shadow();
+    tally_as(ctx, request, request.shadow(), keys, outcome);
+}
+
+/// [`tally`] of a request whose `SHADOW` is `shadow`: inlined into
+/// [`answer`], which asks it once for both.
+#[inline(always)]
+fn tally_as(
+    ctx: Ctx<'_>,
+    request: &Request,
+    shadow: bool,
+    keys: &[KeyName<'_>],
+    outcome: &Outcome,
+) {
     if request.mode() == Mode::Take {
         let allowed = outcome.decision().allowed;
         request.counter().count(allowed, shadow);

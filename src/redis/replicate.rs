@@ -182,9 +182,16 @@ impl<'a> Run<'a> {
             Command::Policy => &APPLY_CHECK,
             _ => &APPLY,
         };
-        // The glued word, on the stack when it fits (nearly always: a
-        // header and a number).
-        let len = header.encoded_len() + word.len();
+        // The glued word is the header's bytes, then the word: handed over
+        // as those two parts, so that a replay gluing the same bytes as the
+        // last one is recognised without writing them out (see
+        // `replicate_swapped`). The header is its fixed fields, but for
+        // `RL.ACQUIRE`'s, written on the stack when it fits.
+        if header.optional_len() == 0 {
+            replicate_swapped(self.ctx, args, name, glue_at, &header.fixed(), word);
+            return;
+        }
+        let len = header.encoded_len();
         let mut on_stack = [0u8; 128];
         let mut on_heap = Vec::new();
         let buf = match on_stack.get_mut(..len) {
@@ -194,8 +201,8 @@ impl<'a> Run<'a> {
                 &mut on_heap[..]
             }
         };
-        header.glue_into(word, buf);
-        replicate_swapped(self.ctx, args, name, glue_at, buf);
+        header.glue_into(&[], buf);
+        replicate_swapped(self.ctx, args, name, glue_at, buf, word);
     }
 
     /// The replay of a waiting command served outside it, built from its

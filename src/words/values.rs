@@ -17,10 +17,7 @@ pub use crate::encoding::MAX_DURATION_MS;
 pub fn amount(arg: &[u8], name: &str) -> Result<u64, CommandError> {
     let err = || CommandError::must_be(name, "an integer from 1 to 9007199254740991");
     // The plain form, read in place: a limit is parsed on every check.
-    if !arg.is_empty() && arg.len() <= 16 && arg.iter().all(u8::is_ascii_digit) {
-        let value = arg
-            .iter()
-            .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'));
+    if let Some(value) = plain_digits(arg, 16) {
         return if (1..=MAX_AMOUNT).contains(&value) {
             Ok(value)
         } else {
@@ -32,6 +29,26 @@ pub fn amount(arg: &[u8], name: &str) -> Result<u64, CommandError> {
         Err(NotANumber::NotFinite) => Err(not_finite(name, arg)),
         _ => Err(err()),
     }
+}
+
+/// The value of `text` when it is 1 to `max_len` decimal digits and nothing
+/// else (`max_len` at most 19, so the value fits): the plain form of the
+/// numbers a check parses on every call, read in one pass that stops at
+/// the first other byte.
+#[inline(always)]
+fn plain_digits(text: &[u8], max_len: usize) -> Option<u64> {
+    if text.is_empty() || text.len() > max_len.min(19) {
+        return None;
+    }
+    let mut value = 0u64;
+    for &byte in text {
+        let digit = byte.wrapping_sub(b'0');
+        if digit > 9 {
+            return None;
+        }
+        value = value * 10 + u64::from(digit);
+    }
+    Some(value)
 }
 
 /// A whole number in `1..=max`, for small settings such as `PRECISION`.
@@ -189,10 +206,9 @@ pub fn whole_number(text: &[u8]) -> Result<Option<i64>, NotANumber> {
         [b'-', rest @ ..] => (true, rest),
         _ => (false, text),
     };
-    if !digits.is_empty() && digits.len() <= 18 && digits.iter().all(u8::is_ascii_digit) {
-        let value = digits
-            .iter()
-            .fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0'));
+    if let Some(value) = plain_digits(digits, 18) {
+        // At most 18 digits: below 10^18, within `i64`.
+        let value = value as i64;
         return Ok(Some(if negative { -value } else { value }));
     }
     let w = written(text)?;
@@ -241,6 +257,31 @@ pub fn whole_number(text: &[u8]) -> Result<Option<i64>, NotANumber> {
 /// correctly — the same value the general parser gives, in a fraction of its
 /// time (a check parses its rate on every call).
 pub(crate) fn decimal(text: &[u8]) -> Option<f64> {
+    // Up to 15 bytes, the digits fit below 10^15 < 2^53 whatever they are:
+    // read without overflow checks, the same value as below.
+    if text.len() <= 15 {
+        let mut mantissa: u64 = 0;
+        let mut digits = 0usize;
+        let mut point_at: Option<usize> = None;
+        for &b in text {
+            let digit = b.wrapping_sub(b'0');
+            if digit <= 9 {
+                mantissa = mantissa * 10 + u64::from(digit);
+                digits += 1;
+            } else if b == b'.' && point_at.is_none() {
+                point_at = Some(digits);
+            } else {
+                return None;
+            }
+        }
+        if digits == 0 {
+            return None;
+        }
+        let after_point = point_at.map_or(0, |at| digits - at);
+        return EXACT_POWERS_OF_TEN
+            .get(after_point)
+            .map(|power| mantissa as f64 / power);
+    }
     let mut mantissa: u64 = 0;
     // Whether `mantissa` still holds every digit (no overflow).
     let mut exact = true;
@@ -344,10 +385,7 @@ pub fn duration_ms(arg: &[u8], name: &str) -> Result<u64, CommandError> {
     // Plain digits (`60`, `1h`, `500ms`), in integers: the same value the
     // decimal reading below gives them (it is exact for whole numbers of
     // up to 15 digits), without a double's division and rounding.
-    if (1..=15).contains(&number.len()) && number.iter().all(u8::is_ascii_digit) {
-        let value = number
-            .iter()
-            .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'));
+    if let Some(value) = plain_digits(number, 15) {
         return match value.checked_mul(unit_ms) {
             Some(ms) if (1..=MAX_DURATION_MS).contains(&ms) => Ok(ms),
             _ => Err(err()),
@@ -617,6 +655,31 @@ mod tests {
             assert_eq!(decimal(text.as_bytes()), Some(general), "{text}");
         }
     }
+    #[test]
+    fn the_fast_decimal_path_leaves_every_other_form_to_the_general_reading() {
+        for text in [
+            "",
+            ".",
+            "..",
+            "1.2.3",
+            "1..",
+            "-1",
+            "+1",
+            "1e3",
+            "1E3",
+            " 1",
+            "1 ",
+            "0x10",
+            "inf",
+            "nan",
+            "1,5",
+            "1.5.",
+            "12345678901234.5.",
+        ] {
+            assert_eq!(decimal(text.as_bytes()), None, "{text:?}");
+        }
+    }
+
     proptest::proptest! {
         #[test]
         fn every_plain_decimal_parses_to_the_general_parsers_value(

@@ -4,7 +4,7 @@
 //! (`super::super::engine::check`).
 
 use super::super::engine::Checked;
-use super::super::ffi::{command, Args, Ctx, Status};
+use super::super::ffi::{command, Args, Ctx, Status, Words};
 use super::super::replicate::Run;
 use super::super::request::Request;
 use super::super::respond::respond;
@@ -20,11 +20,11 @@ command! {
 
 fn check_reply<A: Checked>(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     let run = Run::live(ctx, Command::Check(A::TAG), 2);
-    let request = parse::check_args::<A::Params>(&args.bytes_from(2)).map(|(params, options)| {
-        Request::Check {
-            tier: params.into_tier(),
-            options,
-        }
+    let mut words = Words::none();
+    args.fill_from(2, &mut words);
+    let request = parse::check_args::<A::Params>(&words).map(|(params, options)| Request::Check {
+        tier: params.into_tier(),
+        options,
     });
     one_key(&run, args, request)
 }
@@ -46,7 +46,9 @@ command! {
 
 fn cl_throttle_reply_to(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     let run = Run::live(ctx, Command::ClThrottle, 2);
-    let request = cl_throttle(&args.bytes_from(2)).map(Request::Throttle);
+    let mut words = Words::none();
+    args.fill_from(2, &mut words);
+    let request = cl_throttle(&words).map(Request::Throttle);
     one_key(&run, args, request)
 }
 

@@ -88,16 +88,19 @@ impl<'a> Args<'a> {
         unsafe { std::ptr::replace(self.argv.add(i), new) }
     }
 
-    /// The bytes of every argument from `from` on. Inlined, so that the
-    /// words are made in the caller's frame rather than copied there (a
-    /// check parses its words on every call).
+    /// The bytes of every argument from `from` on (see [`Args::fill_from`]).
     #[inline(always)]
     pub fn bytes_from(&self, from: usize) -> Words<'a> {
-        let mut words = Words {
-            inline: [&[]; INLINE_WORDS],
-            len: 0,
-            spilled: Vec::new(),
-        };
+        let mut words = Words::none();
+        self.fill_from(from, &mut words);
+        words
+    }
+
+    /// Puts the bytes of every argument from `from` on in `words` (which
+    /// holds none): the words made where the caller keeps them, not made
+    /// here and copied there (the whole inline array, on every check).
+    #[inline(always)]
+    pub fn fill_from(&self, from: usize, words: &mut Words<'a>) {
         let count = self.argc.saturating_sub(from);
         if count <= INLINE_WORDS {
             for (slot, i) in words.inline.iter_mut().zip(from..self.argc) {
@@ -107,7 +110,6 @@ impl<'a> Args<'a> {
         } else {
             words.spilled = (from..self.argc).filter_map(|i| self.bytes(i)).collect();
         }
-        words
     }
 }
 
@@ -121,6 +123,17 @@ pub struct Words<'a> {
     inline: [&'a [u8]; INLINE_WORDS],
     len: usize,
     spilled: Vec<&'a [u8]>,
+}
+
+impl Words<'_> {
+    /// No words, to be filled ([`Args::fill_from`]).
+    pub fn none() -> Self {
+        Self {
+            inline: [&[]; INLINE_WORDS],
+            len: 0,
+            spilled: Vec::new(),
+        }
+    }
 }
 
 impl<'a> std::ops::Deref for Words<'a> {

@@ -142,8 +142,11 @@ impl<'a> Ctx<'a> {
     /// A reply of integers: an array of them.
     pub fn reply_integers(self, values: &[i64]) -> Status {
         self.reply_array(values.len());
+        // The API's pointer read once for the array, not once an integer.
+        let reply = rm!(RedisModule_ReplyWithLongLong);
         for &v in values {
-            self.reply_integer(v);
+            // SAFETY: `ptr` is the running command's context.
+            unsafe { reply(self.ptr, v as c_longlong) };
         }
         Status
     }

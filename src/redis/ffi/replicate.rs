@@ -43,7 +43,7 @@ fn new_string(bytes: &[u8]) -> *mut raw::RedisModuleString {
 }
 
 /// Propagates the running command under the name `name`, its argument
-/// `glue_at` replaced by `glued`, by the cheapest route Redis 7.0 offers a
+/// `glue_at` replaced by the glued word `head` then `word`, by the cheapest route Redis 7.0 offers a
 /// module: `RedisModule_ReplicateVerbatim`, which copies the command's own
 /// argument vector (taking a reference to each argument) into Redis's queue
 /// of commands to propagate. For the length of that one call the two
@@ -56,13 +56,14 @@ pub fn replicate_swapped(
     args: &Args<'_>,
     name: &KeptString,
     glue_at: usize,
-    glued: &[u8],
+    head: &[u8],
+    word: &[u8],
 ) {
     let name = name.0.load(Relaxed);
     if name.is_null() || glue_at == 0 || glue_at >= args.len() {
         return;
     }
-    let glued = glued_string(glued);
+    let glued = glued_string(head, word);
     // SAFETY: `args` is this command's argument vector, which Redis also
     // hands `RedisModule_ReplicateVerbatim` (it reads the running client's
     // vector, and a module command is given that very vector); `glue_at`
@@ -95,25 +96,31 @@ thread_local! {
         const { std::cell::RefCell::new((std::ptr::null_mut(), Vec::new())) };
 }
 
-/// A string holding `bytes`, which the caller lends to Redis and does not
-/// free: the last one again when it holds the same bytes, otherwise a new
-/// one kept in its place (the old one's reference dropped).
-fn glued_string(bytes: &[u8]) -> *mut raw::RedisModuleString {
+/// A string holding `head` then `word`, which the caller lends to Redis and
+/// does not free: the last one again when it holds the same bytes (compared
+/// part by part, so a hit writes nothing out), otherwise a new one kept in
+/// its place (the old one's reference dropped).
+fn glued_string(head: &[u8], word: &[u8]) -> *mut raw::RedisModuleString {
     LAST_GLUED.with(|last| {
         let mut last = last.borrow_mut();
         let (string, kept) = &mut *last;
-        if !string.is_null() && kept[..] == *bytes {
+        if !string.is_null()
+            && kept.len() == head.len() + word.len()
+            && kept.get(..head.len()) == Some(head)
+            && kept.get(head.len()..) == Some(word)
+        {
             return *string;
         }
-        let made = new_string(bytes);
+        kept.clear();
+        kept.extend_from_slice(head);
+        kept.extend_from_slice(word);
+        let made = new_string(kept);
         if !string.is_null() {
             // SAFETY: the module's own reference to the string it made,
             // dropped once; references Redis took keep it alive.
             unsafe { rm!(RedisModule_FreeString)(std::ptr::null_mut(), *string) };
         }
         *string = made;
-        kept.clear();
-        kept.extend_from_slice(bytes);
         made
     })
 }
