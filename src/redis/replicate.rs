@@ -65,9 +65,6 @@ pub struct Run<'a> {
     /// A key opened for writing, kept for the next opening of its name in
     /// this command (`Store::keep_open`).
     open: Cell<Option<KeptKey>>,
-    /// Whether a key opened through this run is open (see
-    /// `super::key::Key::one_at_a_time`).
-    pub key_open: Cell<bool>,
 }
 
 impl<'a> Run<'a> {
@@ -95,7 +92,6 @@ impl<'a> Run<'a> {
             },
             changed: Cell::new(false),
             open: Cell::new(None),
-            key_open: Cell::new(false),
         }
     }
 
@@ -113,7 +109,6 @@ impl<'a> Run<'a> {
             },
             changed: Cell::new(false),
             open: Cell::new(None),
-            key_open: Cell::new(false),
         }
     }
 
@@ -130,7 +125,6 @@ impl<'a> Run<'a> {
             },
             changed: Cell::new(false),
             open: Cell::new(None),
-            key_open: Cell::new(false),
         }
     }
 
@@ -143,7 +137,6 @@ impl<'a> Run<'a> {
             origin: Origin::Replay,
             changed: Cell::new(false),
             open: Cell::new(None),
-            key_open: Cell::new(false),
         }
     }
 

@@ -4,6 +4,7 @@
 //! one. Each tier goes through the steps of one key's check
 //! (`super::check`): planned, then taken or settled.
 
+use super::super::key::KeyToken;
 use super::check::{denial, held_until, on_tier, plan, settle, take, Memory, OnTier, Plan, Took};
 use super::store::Store;
 use super::{penalty_of, Checked};
@@ -17,6 +18,7 @@ use crate::parse::AllArgs;
 /// request taken from all (each as its own check would take it).
 pub fn all<S: Store>(
     run: &S,
+    token: &mut KeyToken,
     keys: &[S::Name],
     parsed: &AllArgs,
     mode: Mode,
@@ -28,6 +30,7 @@ pub fn all<S: Store>(
             tier,
             Planning {
                 run,
+                token: &mut *token,
                 key_name,
                 cost,
             },
@@ -46,6 +49,7 @@ pub fn all<S: Store>(
                 tier,
                 Taking {
                     run,
+                    token: &mut *token,
                     key_name,
                     cost,
                 },
@@ -75,6 +79,7 @@ pub fn all<S: Store>(
                 tier,
                 Settling {
                     run,
+                    token: &mut *token,
                     key_name,
                     until_ms: (until_ms != NO_PENALTY).then_some(until_ms),
                     held_ms: held_until(run.now_ms(), decision, &combined, parsed.options.block_ms),
@@ -91,6 +96,7 @@ const NO_PENALTY: i64 = i64::MIN;
 /// A tier's [`plan`].
 struct Planning<'r, S: Store> {
     run: &'r S,
+    token: &'r mut KeyToken,
     key_name: S::Name,
     cost: u64,
 }
@@ -98,7 +104,7 @@ struct Planning<'r, S: Store> {
 impl<S: Store> OnTier for Planning<'_, S> {
     type Out = Result<Plan, CommandError>;
     fn on<A: Checked>(self, params: A::Params) -> Self::Out {
-        plan::<S, A>(self.run, self.key_name, params, self.cost)
+        plan::<S, A>(self.run, self.token, self.key_name, params, self.cost)
     }
 }
 
@@ -106,6 +112,7 @@ impl<S: Store> OnTier for Planning<'_, S> {
 /// checked: the tier's decision, the request taken.
 struct Taking<'r, S: Store> {
     run: &'r S,
+    token: &'r mut KeyToken,
     key_name: S::Name,
     cost: u64,
 }
@@ -113,7 +120,7 @@ struct Taking<'r, S: Store> {
 impl<S: Store> OnTier for Taking<'_, S> {
     type Out = Result<Decision, CommandError>;
     fn on<A: Checked>(self, params: A::Params) -> Self::Out {
-        let mut key = self.run.write(self.key_name)?;
+        let mut key = self.run.write(self.token, self.key_name);
         match take::<S, A>(
             self.run,
             &mut key,
@@ -137,6 +144,7 @@ impl<S: Store> OnTier for Taking<'_, S> {
 /// tier's state.
 struct Settling<'r, S: Store> {
     run: &'r S,
+    token: &'r mut KeyToken,
     key_name: S::Name,
     until_ms: Option<i64>,
     held_ms: Option<i64>,
@@ -145,7 +153,7 @@ struct Settling<'r, S: Store> {
 impl<S: Store> OnTier for Settling<'_, S> {
     type Out = Result<(), CommandError>;
     fn on<A: Checked>(self, _params: A::Params) -> Self::Out {
-        let mut key = self.run.write(self.key_name)?;
+        let mut key = self.run.write(self.token, self.key_name);
         let Some(fresh_at_ms) = key.fresh_at_ms::<A>()? else {
             return Ok(());
         };

@@ -14,7 +14,7 @@
 //! Also a partial grant's cost ([`upto`]) and a refund ([`refund`]), and
 //! the dispatch on a tier's algorithm ([`on_tier`]).
 
-use super::super::key::{Key, Write};
+use super::super::key::{Key, KeyToken, Write};
 use super::store::{store, Store};
 use super::{turn_of, Checked};
 use crate::algorithms::partial::{granted_at_ms, refund_stored, upto_cost};
@@ -68,12 +68,13 @@ pub struct Plan {
 /// (`crate::algorithms::Algorithm::peek_stored`).
 pub fn plan<S: Store, A: Checked>(
     run: &S,
+    token: &mut KeyToken,
     key_name: S::Name,
     params: A::Params,
     cost: u64,
 ) -> Result<Plan, CommandError> {
     let now_ms = run.now_ms();
-    let key = run.read(key_name)?;
+    let key = run.read(token, key_name);
     Ok(match key.held_ref::<A>()? {
         None => Plan {
             decision: A::check_with(None, params, now_ms, cost, Mode::Peek).0,
@@ -268,8 +269,10 @@ pub fn settle<S: Store, A: Checked>(
 /// opened once, and a denial [`settle`]d on it (a penalty given
 /// `penalty_ms` starts, a request that will wait, `block_ms`, keeps the
 /// key until its turn: see [`turn_of`]).
+#[allow(clippy::too_many_arguments)]
 pub fn apply<S: Store, A: Checked>(
     run: &S,
+    token: &mut KeyToken,
     key_name: S::Name,
     params: A::Params,
     cost: u64,
@@ -278,9 +281,9 @@ pub fn apply<S: Store, A: Checked>(
     block_ms: Option<u64>,
 ) -> Result<Decision, CommandError> {
     if mode == Mode::Peek {
-        return Ok(plan::<S, A>(run, key_name, params, cost)?.decision);
+        return Ok(plan::<S, A>(run, token, key_name, params, cost)?.decision);
     }
-    let mut key = run.write(key_name)?;
+    let mut key = run.write(token, key_name);
     match take::<S, A>(run, &mut key, key_name, params, cost, Memory::ToCheck)? {
         Took::Taken(decision) => Ok(decision),
         Took::Denied(denied) => {
@@ -296,8 +299,10 @@ pub fn apply<S: Store, A: Checked>(
 }
 
 /// [`apply`] with the algorithm `tier` names.
+#[allow(clippy::too_many_arguments)]
 pub fn apply_tier<S: Store>(
     run: &S,
+    token: &mut KeyToken,
     key_name: S::Name,
     tier: &Tier,
     cost: u64,
@@ -307,6 +312,7 @@ pub fn apply_tier<S: Store>(
 ) -> Result<Decision, CommandError> {
     struct Apply<'r, S: Store> {
         run: &'r S,
+        token: &'r mut KeyToken,
         key_name: S::Name,
         cost: u64,
         mode: Mode,
@@ -319,6 +325,7 @@ pub fn apply_tier<S: Store>(
         fn on<A: Checked>(self, params: A::Params) -> Self::Out {
             apply::<S, A>(
                 self.run,
+                self.token,
                 self.key_name,
                 params,
                 self.cost,
@@ -332,6 +339,7 @@ pub fn apply_tier<S: Store>(
         tier,
         Apply {
             run,
+            token,
             key_name,
             cost,
             mode,
@@ -345,25 +353,28 @@ pub fn apply_tier<S: Store>(
 /// [`apply_tier`], for the algorithm `tier` names: see [`upto`].
 pub fn upto_tier<S: Store>(
     run: &S,
+    token: &mut KeyToken,
     key_name: S::Name,
     tier: &Tier,
     cost: u64,
 ) -> Result<(u64, i64), CommandError> {
     struct Upto<'r, S: Store> {
         run: &'r S,
+        token: &'r mut KeyToken,
         key_name: S::Name,
         cost: u64,
     }
     impl<S: Store> OnTier for Upto<'_, S> {
         type Out = Result<(u64, i64), CommandError>;
         fn on<A: Checked>(self, params: A::Params) -> Self::Out {
-            upto::<S, A>(self.run, self.key_name, params, self.cost)
+            upto::<S, A>(self.run, self.token, self.key_name, params, self.cost)
         }
     }
     on_tier(
         tier,
         Upto {
             run,
+            token,
             key_name,
             cost,
         },
@@ -374,6 +385,7 @@ pub fn upto_tier<S: Store>(
 /// back.
 pub fn refund_tier<S: Store>(
     run: &S,
+    token: &mut KeyToken,
     key_name: S::Name,
     tier: &Tier,
     amount: u64,
@@ -381,6 +393,7 @@ pub fn refund_tier<S: Store>(
 ) -> Result<u64, CommandError> {
     struct Refund<'r, S: Store> {
         run: &'r S,
+        token: &'r mut KeyToken,
         key_name: S::Name,
         amount: u64,
         granted_at_ms: Option<i64>,
@@ -390,6 +403,7 @@ pub fn refund_tier<S: Store>(
         fn on<A: Checked>(self, params: A::Params) -> Self::Out {
             refund::<S, A>(
                 self.run,
+                self.token,
                 self.key_name,
                 params,
                 self.amount,
@@ -401,6 +415,7 @@ pub fn refund_tier<S: Store>(
         tier,
         Refund {
             run,
+            token,
             key_name,
             amount,
             granted_at_ms,
@@ -418,6 +433,7 @@ pub fn refund_tier<S: Store>(
 /// check takes.
 pub fn upto<S: Store, A: Checked>(
     run: &S,
+    token: &mut KeyToken,
     key_name: S::Name,
     params: A::Params,
     cost: u64,
@@ -425,7 +441,7 @@ pub fn upto<S: Store, A: Checked>(
     if !<A::Params as Syntax>::PARTIAL {
         return Err(crate::parse::options::upto_not_offered());
     }
-    let key = run.read(key_name)?;
+    let key = run.read(token, key_name);
     Ok(match key.held_ref::<A>()? {
         None => (
             upto_cost::<A>(None, params, run.now_ms(), cost),
@@ -457,12 +473,13 @@ pub fn upto<S: Store, A: Checked>(
 /// back is not written (replicas would not see it).
 pub fn refund<S: Store, A: Checked>(
     run: &S,
+    token: &mut KeyToken,
     key_name: S::Name,
     params: A::Params,
     amount: u64,
     granted_at_ms: Option<i64>,
 ) -> Result<u64, CommandError> {
-    let mut key = run.write(key_name)?;
+    let mut key = run.write(token, key_name);
     let Some(held) = key.held::<A>()? else {
         return Ok(0);
     };

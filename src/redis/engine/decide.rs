@@ -3,6 +3,7 @@
 //! lease) and says what it is answered.
 
 use super::super::ffi::KeyName;
+use super::super::key::KeyToken;
 use super::super::outcome::Outcome;
 use super::super::replicate::Run;
 use super::super::request::Request;
@@ -19,6 +20,7 @@ use crate::error::CommandError;
 /// Decides `request` on `keys` (one, or `RL.ALL`'s), in `mode`.
 pub fn decide(
     run: &Run<'_>,
+    token: &mut KeyToken,
     request: &Request,
     keys: &[KeyName<'_>],
     mode: Mode,
@@ -29,12 +31,13 @@ pub fn decide(
             let key = key()?;
             // `UPTO`: the plain check of what is available.
             let grant = if options.upto {
-                Some(upto_tier(run, key, tier, options.cost)?)
+                Some(upto_tier(run, token, key, tier, options.cost)?)
             } else {
                 None
             };
             let decision = apply_tier(
                 run,
+                token,
                 key,
                 tier,
                 grant.map_or(options.cost, |(asked, _)| asked),
@@ -55,6 +58,7 @@ pub fn decide(
         }
         Request::Throttle(throttle) => Outcome::Throttle(apply::<_, Gcra>(
             run,
+            token,
             key()?,
             throttle.params,
             throttle.cost,
@@ -64,13 +68,13 @@ pub fn decide(
         )?),
         Request::Acquire { args, id, .. } => match mode {
             Mode::Take => {
-                let decision = acquire(run, key()?, args.params, id)?;
+                let decision = acquire(run, token, key()?, args.params, id)?;
                 Outcome::Acquired(decision, decision.allowed.then(|| id.clone()))
             }
-            Mode::Peek => Outcome::Acquired(peek(run, key()?, args.params)?, None),
+            Mode::Peek => Outcome::Acquired(peek(run, token, key()?, args.params)?, None),
         },
         Request::All(args) => {
-            let (combined, tiers) = all(run, keys, args, mode)?;
+            let (combined, tiers) = all(run, token, keys, args, mode)?;
             Outcome::All(combined, tiers)
         }
         Request::Policy {
@@ -86,13 +90,13 @@ pub fn decide(
             };
             if stamp.is_none() {
                 // A replay written before stamps: decided as then.
-                return decide(run, request, keys, mode);
+                return decide(run, token, request, keys, mode);
             }
-            match migrate::before(run, keys, tiers, *stamp, *on_change, mode, cost)? {
+            match migrate::before(run, token, keys, tiers, *stamp, *on_change, mode, cost)? {
                 Err(peeked) => peeked,
                 Ok(migration) => {
-                    let outcome = decide(run, request, keys, mode)?;
-                    migration.finish(run)?;
+                    let outcome = decide(run, token, request, keys, mode)?;
+                    migration.finish(run, token)?;
                     outcome
                 }
             }

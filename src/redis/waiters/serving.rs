@@ -16,6 +16,7 @@ use super::super::ffi::args::OwnedNames;
 use super::super::ffi::block::unblock;
 use super::super::ffi::cluster::redirect_for;
 use super::super::ffi::{now_ms, Ctx};
+use super::super::key::KeyToken;
 use super::super::outcome::tally;
 use super::super::replicate::Run;
 use super::super::stats::{WAITS_ALLOWED, WAITS_TIMED_OUT};
@@ -68,7 +69,13 @@ impl Host<Parked> for Server<'_> {
         let parked = &waiter.request;
         let (command, glue_at) = parked.request.replayed_as();
         let run = Run::woken(ctx, command, glue_at, &parked.words);
-        let decided = decide(&run, &parked.request, &keys, Mode::Take);
+        let decided = decide(
+            &run,
+            &mut KeyToken::of(ctx),
+            &parked.request,
+            &keys,
+            Mode::Take,
+        );
         run.propagate(None, parked.request.drawn_id());
         match decided {
             Ok(outcome) if outcome.decision().allowed => {
@@ -114,7 +121,7 @@ pub fn timed_out_answer(ctx: Ctx<'_>, waiter: &Waiter<Parked>) -> Answer {
     let request = &waiter.request.request;
     let (command, glue_at) = request.replayed_as();
     let run = Run::live(ctx, command, glue_at);
-    let outcome = decide(&run, request, &keys, Mode::Peek)?.denied(1);
+    let outcome = decide(&run, &mut KeyToken::of(ctx), request, &keys, Mode::Peek)?.denied(1);
     tally(ctx, request, &keys, &outcome);
     Ok(outcome)
 }
