@@ -159,9 +159,11 @@ impl TokenBucket {
     /// short there, by a millisecond or more (at a low rate): the estimate
     /// is checked with the refill itself, and, when short, the first
     /// millisecond that is full searched from it, as a denial's wait is
-    /// ([`TokenBucket::ms_until_holds`]). Never early; late by at most
-    /// the estimate's own rounding up: under a millisecond, plus a few
-    /// 2^-53 of the wait.
+    /// ([`TokenBucket::ms_until_holds`]). Never early. Against the exact
+    /// refill time, late by under a millisecond plus a few 2^-53 of the
+    /// wait (the estimate's rounding up), or, found by the search, by the
+    /// time the rate takes to make up the float steps the refill is short
+    /// (a few ms at most for a wait below the last time a state carries).
     #[inline(always)]
     fn ms_until_full(&self, estimate: i64) -> i64 {
         if self.params.capacity <= FULL_AT_ESTIMATE || estimate == 0 {
@@ -278,10 +280,10 @@ impl State for TokenBucket {
         ]
     }
 
-    /// The first millisecond at which the state, refilled as a check
-    /// refills it, holds its capacity; never before (an expiry then would
-    /// hand out the tokens still missing), and at most the estimate's
-    /// rounding after (see [`TokenBucket::ms_until_full`]).
+    /// When the state, refilled as a check refills it, holds its capacity:
+    /// never before (an expiry then would hand out the tokens still
+    /// missing), and at most a rounding after (see
+    /// [`TokenBucket::ms_until_full`]).
     fn fresh_at_ms(&self) -> i64 {
         let missing = self.params.capacity as f64 - self.tokens;
         let estimate = self.ms_to_gain(missing);
