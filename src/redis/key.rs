@@ -90,7 +90,10 @@ impl RawKey for OpenKey<'_> {
 /// beside a `&mut`). Nothing at run time: a token has no bytes.
 ///
 /// Made where a command starts to decide ([`KeyToken::of`] its context),
-/// and lent down to every place that opens a key.
+/// and lent down to every place that opens a key. What the types bind is
+/// keys to a token; that a command makes one token is the code's doing
+/// (each command's entry makes it, once: `respond`, the replays, and the
+/// few commands that open a key themselves).
 pub struct KeyToken {
     /// Made only by [`KeyToken::of`] (and the engine's unit tests).
     _private: (),
