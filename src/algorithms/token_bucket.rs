@@ -283,7 +283,7 @@ impl State for TokenBucket {
     /// When the state, refilled as a check refills it, holds its capacity:
     /// never before (an expiry then would hand out the tokens still
     /// missing), and at most a rounding after (see
-    /// [`TokenBucket::ms_until_full`]).
+    /// `TokenBucket::ms_until_full`).
     fn fresh_at_ms(&self) -> i64 {
         let missing = self.params.capacity as f64 - self.tokens;
         let estimate = self.ms_to_gain(missing);
