@@ -166,7 +166,7 @@ impl TokenBucket {
     /// (a few ms at most for a wait below the last time a state carries).
     #[inline(always)]
     fn ms_until_full(&self, estimate: i64) -> i64 {
-        if self.params.capacity <= FULL_AT_ESTIMATE || estimate == 0 {
+        if self.params.capacity <= FULL_AT_ESTIMATE {
             return estimate;
         }
         self.ms_until_full_checked(estimate)
@@ -176,10 +176,14 @@ impl TokenBucket {
     /// [`FULL_AT_ESTIMATE`].
     #[inline(never)]
     fn ms_until_full_checked(&self, estimate: i64) -> i64 {
+        if estimate >= MAX_TIMESTAMP_MS {
+            // Beyond the last time a state carries: its key expires then.
+            return estimate;
+        }
         let capacity = self.params.capacity as f64;
         let mut probe = self.clone();
         probe.refill(self.updated_ms.saturating_add(estimate));
-        if probe.tokens >= capacity || estimate >= MAX_TIMESTAMP_MS {
+        if probe.tokens >= capacity {
             return estimate;
         }
         self.ms_until_holds(self.updated_ms, capacity, estimate)
