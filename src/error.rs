@@ -53,15 +53,6 @@ impl CommandError {
         Self::must_be("numkeys", &format!("at most {max} (ratelimit.max-keys)"))
     }
 
-    /// A key opened for a command while another is still open (see
-    /// `crate::redis::key::Key::one_at_a_time`): a defect of the module,
-    /// refused before the second key is touched.
-    pub fn key_open_twice() -> Self {
-        Reply(Cow::Borrowed(
-            "ERR a key was opened while another is open (a defect of the module: please report it)",
-        ))
-    }
-
     pub fn wrong_type() -> Self {
         Reply(Cow::Borrowed(
             "WRONGTYPE Operation against a key holding the wrong kind of value",

@@ -3,9 +3,10 @@
 //! compile-fail tests run by `cargo test --doc`, that the key API cannot be
 //! misused. The Redis layer itself (`redis`) stays private.
 //!
-//! A key opened for reading or writing is `Key<'a, Read>` ([`ReadKey`]) or
-//! `Key<'a, Write>` ([`WriteKey`]). The examples only compile: a `Ctx` and a
-//! `KeyName` exist only inside a command the server runs.
+//! A key opened for reading or writing is `Key<'k, Read>` ([`ReadKey`]) or
+//! `Key<'k, Write>` ([`WriteKey`]), `'k` the borrow of the command's
+//! [`KeyToken`] the key holds while it is open. The examples only compile:
+//! a `Ctx` and a `KeyName` exist only inside a command the server runs.
 //!
 //! Used as meant, it compiles (each misuse below is one of these with a
 //! line moved: rustdoc checks the error code only on nightly, so these
@@ -14,10 +15,11 @@
 //! ```
 //! use redis_ratelimit::algorithms::token_bucket::{TokenBucket, TokenBucketParams};
 //! use redis_ratelimit::algorithms::{Algorithm, State};
-//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName};
+//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName, KeyToken};
 //!
 //! fn read_then_delete<'a>(ctx: Ctx<'a>, name: KeyName<'a>) -> Option<i64> {
-//!     let mut key = Key::write(ctx, name);
+//!     let mut token = KeyToken::of(ctx);
+//!     let mut key = Key::write(&mut token, ctx, name);
 //!     let state = key.get::<TokenBucket>();
 //!     let fresh_at_ms = state.map(State::fresh_at_ms);
 //!     key.delete();
@@ -25,7 +27,8 @@
 //! }
 //!
 //! fn read_then_set<'a>(ctx: Ctx<'a>, name: KeyName<'a>) -> Option<i64> {
-//!     let mut key = Key::write(ctx, name);
+//!     let mut token = KeyToken::of(ctx);
+//!     let mut key = Key::write(&mut token, ctx, name);
 //!     let state = key.get::<TokenBucket>();
 //!     let fresh_at_ms = state.map(State::fresh_at_ms);
 //!     let params = TokenBucketParams { capacity: 1, rate_per_s: 1.0 };
@@ -34,7 +37,8 @@
 //! }
 //!
 //! fn change_then_delete<'a>(ctx: Ctx<'a>, name: KeyName<'a>) -> Option<i64> {
-//!     let mut key = Key::write(ctx, name);
+//!     let mut token = KeyToken::of(ctx);
+//!     let mut key = Key::write(&mut token, ctx, name);
 //!     let held = key.held::<TokenBucket>().ok().flatten();
 //!     let fresh_at_ms = held.map(|held| held.state.fresh_at_ms());
 //!     key.delete();
@@ -42,7 +46,8 @@
 //! }
 //!
 //! fn read_only<'a>(ctx: Ctx<'a>, name: KeyName<'a>) -> Option<i64> {
-//!     let key = Key::read(ctx, name);
+//!     let mut token = KeyToken::of(ctx);
+//!     let key = Key::read(&mut token, ctx, name);
 //!     let held = key.held_ref::<TokenBucket>().ok().flatten();
 //!     held.map(|held| held.fresh_at_ms())
 //! }
@@ -54,10 +59,11 @@
 //! ```compile_fail,E0502
 //! use redis_ratelimit::algorithms::token_bucket::TokenBucket;
 //! use redis_ratelimit::algorithms::State;
-//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName};
+//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName, KeyToken};
 //!
 //! fn misuse<'a>(ctx: Ctx<'a>, name: KeyName<'a>) -> Option<i64> {
-//!     let mut key = Key::write(ctx, name);
+//!     let mut token = KeyToken::of(ctx);
+//!     let mut key = Key::write(&mut token, ctx, name);
 //!     let state = key.get::<TokenBucket>();
 //!     key.delete();
 //!     state.map(State::fresh_at_ms)
@@ -69,10 +75,11 @@
 //! ```compile_fail,E0502
 //! use redis_ratelimit::algorithms::token_bucket::{TokenBucket, TokenBucketParams};
 //! use redis_ratelimit::algorithms::{Algorithm, State};
-//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName};
+//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName, KeyToken};
 //!
 //! fn misuse<'a>(ctx: Ctx<'a>, name: KeyName<'a>) -> Option<i64> {
-//!     let mut key = Key::write(ctx, name);
+//!     let mut token = KeyToken::of(ctx);
+//!     let mut key = Key::write(&mut token, ctx, name);
 //!     let state = key.get::<TokenBucket>();
 //!     let params = TokenBucketParams { capacity: 1, rate_per_s: 1.0 };
 //!     let _ = key.set(TokenBucket::fresh(params, 0));
@@ -85,10 +92,11 @@
 //! ```compile_fail,E0499
 //! use redis_ratelimit::algorithms::token_bucket::TokenBucket;
 //! use redis_ratelimit::algorithms::State;
-//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName};
+//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName, KeyToken};
 //!
 //! fn misuse<'a>(ctx: Ctx<'a>, name: KeyName<'a>) -> Option<i64> {
-//!     let mut key = Key::write(ctx, name);
+//!     let mut token = KeyToken::of(ctx);
+//!     let mut key = Key::write(&mut token, ctx, name);
 //!     let held = key.held::<TokenBucket>().ok().flatten();
 //!     key.delete();
 //!     held.map(|held| held.state.fresh_at_ms())
@@ -98,29 +106,76 @@
 //! A key opened for reading cannot be written, deleted or lent mutably:
 //!
 //! ```compile_fail,E0599
-//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName};
+//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName, KeyToken};
 //!
 //! fn misuse<'a>(ctx: Ctx<'a>, name: KeyName<'a>) {
-//!     let mut key = Key::read(ctx, name);
+//!     let mut token = KeyToken::of(ctx);
+//!     let mut key = Key::read(&mut token, ctx, name);
 //!     key.delete();
 //! }
 //! ```
 //!
 //! ```compile_fail,E0599
 //! use redis_ratelimit::algorithms::token_bucket::TokenBucket;
-//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName};
+//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName, KeyToken};
 //!
 //! fn misuse<'a>(ctx: Ctx<'a>, name: KeyName<'a>) {
-//!     let mut key = Key::read(ctx, name);
+//!     let mut token = KeyToken::of(ctx);
+//!     let mut key = Key::read(&mut token, ctx, name);
 //!     let _ = key.held::<TokenBucket>();
 //! }
 //! ```
 //!
-//! Not shown, because it is not so: two keys of the same name open for
-//! writing at once. Key names are run-time values, so types could only
-//! forbid two write keys open at once (a `&mut` token per command); the
-//! engine opens one key at a time, and `RL.ALL`'s parser refuses a key
-//! named twice.
+//! Two keys cannot be open at once for one command: each holds the
+//! command's token, lent mutably, until it is closed. Key names are run-time
+//! values, so the types forbid any second key, of the same name or not
+//! (two opens of one name would lend its state twice); the engine opens one
+//! key at a time:
+//!
+//! ```compile_fail,E0499
+//! use redis_ratelimit::algorithms::token_bucket::TokenBucket;
+//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName, KeyToken};
+//!
+//! fn misuse<'a>(ctx: Ctx<'a>, name: KeyName<'a>) {
+//!     let mut token = KeyToken::of(ctx);
+//!     let mut first = Key::write(&mut token, ctx, name);
+//!     let mut second = Key::write(&mut token, ctx, name);
+//!     let _ = (first.held::<TokenBucket>(), second.held::<TokenBucket>());
+//! }
+//! ```
+//!
+//! nor a key read beside one written:
+//!
+//! ```compile_fail,E0499
+//! use redis_ratelimit::algorithms::token_bucket::TokenBucket;
+//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName, KeyToken};
+//!
+//! fn misuse<'a>(ctx: Ctx<'a>, name: KeyName<'a>) {
+//!     let mut token = KeyToken::of(ctx);
+//!     let mut written = Key::write(&mut token, ctx, name);
+//!     let read = Key::read(&mut token, ctx, name);
+//!     let _ = (written.held::<TokenBucket>(), read.get::<TokenBucket>());
+//! }
+//! ```
+//!
+//! Their twin, which compiles: one key closed before the next is opened.
+//!
+//! ```
+//! use redis_ratelimit::algorithms::token_bucket::TokenBucket;
+//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName, KeyToken};
+//!
+//! fn one_after_another<'a>(ctx: Ctx<'a>, name: KeyName<'a>) {
+//!     let mut token = KeyToken::of(ctx);
+//!     let mut first = Key::write(&mut token, ctx, name);
+//!     let _ = first.held::<TokenBucket>();
+//!     drop(first);
+//!     let mut second = Key::write(&mut token, ctx, name);
+//!     let _ = second.held::<TokenBucket>();
+//!     drop(second);
+//!     let read = Key::read(&mut token, ctx, name);
+//!     let _ = read.get::<TokenBucket>();
+//! }
+//! ```
 
 pub use crate::redis::ffi::{Ctx, KeyName};
-pub use crate::redis::key::{Key, Read, ReadKey, Write, WriteKey};
+pub use crate::redis::key::{Key, KeyToken, Read, ReadKey, Write, WriteKey};

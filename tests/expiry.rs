@@ -188,3 +188,70 @@ fn peek_is_answered_by_a_read_only_replica_and_a_read_only_script() {
         "WRONGTYPE Operation against a key holding the wrong kind of value"
     );
 }
+
+/// A token bucket of more than 2^44 tokens, where a step of a float is a
+/// sixty-fourth of a token, expires no sooner than it is full. Its refill
+/// time from the rate (here 8,178,740,392,920,500 ms, exactly: 81,787,403,929,205
+/// tokens at 10 a second) leaves its own refill, rounded as every check
+/// rounds it, 1/64 of a token short; the key, which expired then, handed
+/// out that fraction (a request of the whole capacity passed a millisecond
+/// early).
+/// (A case the property test of `token_bucket::fresh_at_ms` found.) The
+/// state the key holds, read back, allows its whole capacity at the key's
+/// expiry; and the PTTL is never below the time the key's own state still
+/// needs to refill, as a peek of the whole capacity answers it.
+#[test]
+fn a_bucket_past_2_44_tokens_expires_no_sooner_than_it_is_full() {
+    use redis_ratelimit::algorithms::token_bucket::{TokenBucket, TokenBucketParams};
+    use redis_ratelimit::algorithms::{Algorithm, Mode};
+
+    let server = Server::start(&["--ratelimit.expiry-slack", "0"]);
+    let mut con = server.connect();
+    let (capacity, cost) = (116_882_369_647_764u64, 81_787_403_929_205u64);
+    let params = TokenBucketParams {
+        capacity,
+        rate_per_s: 10.0,
+    };
+    let (capacity_word, cost_word) = (capacity.to_string(), cost.to_string());
+    let take = [
+        "RL.TOKENBUCKET",
+        "big",
+        &capacity_word,
+        "10",
+        "COST",
+        &cost_word,
+    ];
+    assert_eq!(check(&mut con, &take)[0], 1, "taken");
+    let expires_at = expiry_time(&mut con, "big");
+    let info = rl_info(&mut con, "big").expect("the key exists");
+    let updated_ms = info_int(&info, "updated_ms");
+    let (_, stored) = TokenBucket::check_with(None, params, updated_ms, cost, Mode::Take);
+    let stored = stored.expect("the same take, here");
+    let at_expiry =
+        TokenBucket::check_with(Some(&stored), params, expires_at, capacity, Mode::Peek).0;
+    assert!(
+        at_expiry.allowed,
+        "not full at its expiry ({expires_at}): {at_expiry:?}"
+    );
+
+    let before_ms = server_time_ms(&mut con);
+    let whole = [
+        "RL.TOKENBUCKET",
+        "big",
+        &capacity_word,
+        "10",
+        "COST",
+        &capacity_word,
+        "PEEK",
+    ];
+    let refill_ms = check(&mut con, &whole)[3];
+    let ttl = pttl(&mut con, "big");
+    let after_ms = server_time_ms(&mut con);
+    // The refill time when the PTTL was read: less than the peek's by the
+    // time between them, at most `after_ms - before_ms`.
+    assert!(
+        ttl >= refill_ms - (after_ms - before_ms),
+        "PTTL {ttl} below the refill time {refill_ms} (less {} ms)",
+        after_ms - before_ms
+    );
+}

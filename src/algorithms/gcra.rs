@@ -557,5 +557,34 @@ mod tests {
         fn decoding_any_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = Gcra::decode_body(&mut Reader::new(&bytes));
         }
+
+        /// Unlike the token bucket's float refill, the TAT is exact (integer
+        /// ns, rounded up to the ms): at its fresh moment the state answers
+        /// a request of its whole limit as a new key would, for any
+        /// parameters accepted (when the moment comes before the last time
+        /// a state can carry).
+        #[test]
+        fn a_state_is_as_good_as_new_at_its_fresh_moment(
+            burst in 0u64..1_000_000,
+            count in 1u64..1_000_000,
+            period_ms in 1u64..=MAX_DURATION_MS,
+            first in 0.0f64..=1.0,
+            later in proptest::option::of((0i64..10_000_000, 0.0f64..=1.0)),
+        ) {
+            let p = params(burst, count, period_ms);
+            prop_assume!(crate::words::syntax::Syntax::check(&p).is_ok());
+            let limit = burst + 1;
+            let cost = |part: f64| ((limit as f64 * part) as u64).clamp(1, limit);
+            let mut s = None;
+            call(&mut s, p, T0, cost(first), Mode::Take);
+            if let Some((after_ms, part)) = later {
+                call(&mut s, p, T0 + after_ms, cost(part), Mode::Take);
+            }
+            let fresh_at_ms = s.as_ref().map(State::fresh_at_ms).unwrap_or(T0);
+            prop_assume!(fresh_at_ms < MAX_TIMESTAMP_MS);
+            let stored = call(&mut s, p, fresh_at_ms, limit, Mode::Peek);
+            let new = call(&mut None, p, fresh_at_ms, limit, Mode::Peek);
+            prop_assert_eq!(summary(stored), summary(new));
+        }
     }
 }

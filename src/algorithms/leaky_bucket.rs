@@ -512,5 +512,34 @@ mod tests {
         fn decoding_any_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = LeakyBucket::decode_body(&mut Reader::new(&bytes));
         }
+
+        /// Unlike the token bucket's float refill, the drain time is exact
+        /// (integer ns, rounded up to the ms): at its fresh moment the
+        /// state answers a request of its whole capacity as a new key
+        /// would, for any capacity and rate accepted (when the moment comes
+        /// before the last time a state can carry).
+        #[test]
+        fn a_bucket_is_as_good_as_new_at_its_fresh_moment(
+            bits in 0u32..=53,
+            seed in any::<u64>(),
+            exp in -9i32..=9,
+            mantissa in 1.0f64..10.0,
+            first in 0.0f64..=1.0,
+            later in proptest::option::of((0i64..10_000_000, 0.0f64..=1.0)),
+        ) {
+            let capacity = 1 + seed % (1u64 << bits).min(MAX_AMOUNT);
+            let p = params(capacity, mantissa * 10f64.powi(exp));
+            let cost = |part: f64| ((capacity as f64 * part) as u64).clamp(1, capacity);
+            let mut s = None;
+            call(&mut s, p, T0, cost(first), Mode::Take);
+            if let Some((after_ms, part)) = later {
+                call(&mut s, p, T0 + after_ms, cost(part), Mode::Take);
+            }
+            let fresh_at_ms = s.as_ref().map(State::fresh_at_ms).unwrap_or(T0);
+            prop_assume!(fresh_at_ms < MAX_TIMESTAMP_MS);
+            let stored = call(&mut s, p, fresh_at_ms, capacity, Mode::Peek);
+            let new = call(&mut None, p, fresh_at_ms, capacity, Mode::Peek);
+            prop_assert_eq!(summary(stored), summary(new));
+        }
     }
 }

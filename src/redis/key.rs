@@ -7,10 +7,12 @@
 //! ([`WriteKey`]) are different types: only a write key changes the value
 //! or the expiry, or lends the value mutably. Everything that replaces or
 //! frees the value (`delete`, `set`, `put`, `penalize`) takes `&mut self`,
-//! so a state read from the key cannot be used after it: the compile-fail
-//! examples in `crate::typed_keys` show it.
+//! so a state read from the key cannot be used after it. Opening a key
+//! borrows the command's [`KeyToken`] mutably for as long as the key is
+//! open, so no two keys are open at once for one command (two opens of one
+//! name would lend its state twice). The compile-fail examples in
+//! `crate::typed_keys` show all three.
 
-use std::cell::Cell;
 use std::marker::PhantomData;
 
 pub use super::ffi::key::Holds;
@@ -77,75 +79,72 @@ impl RawKey for OpenKey<'_> {
     }
 }
 
-/// A key opened for one command (`'a`), closed when dropped; `M` says how
-/// it was opened ([`Read`] or [`Write`]); `R` is what it is made of (the
-/// server's key, but in the engine's unit tests).
-pub struct Key<'a, M, R = OpenKey<'a>> {
-    key: R,
-    access: PhantomData<(M, &'a ())>,
-    /// The flag of [`Key::one_at_a_time`], cleared when the key closes:
-    /// held for its `Drop` only.
-    _open: Opened<'a>,
+/// The right to have one key open, one for each command: opening a key
+/// borrows it mutably until the key is closed (dropped), so a second key
+/// opened while one is open, for reading or writing, of the same name or
+/// another, does not compile (E0499). Key
+/// names are run-time values, so types cannot tell two opens of one name
+/// from opens of two names; they forbid both, and the engine needs no more
+/// (`RL.ALL` plans, takes and settles its tiers one after another). Two
+/// opens of one name would lend its state twice (two `&mut`, or a `&`
+/// beside a `&mut`). Nothing at run time: a token has no bytes.
+///
+/// Made where a command starts to decide ([`KeyToken::of`] its context),
+/// and lent down to every place that opens a key. What the types bind is
+/// keys to a token; that a command makes one token is the code's doing
+/// (each command's entry makes it, once: `respond`, the replays, and the
+/// few commands that open a key themselves).
+pub struct KeyToken {
+    /// Made only by [`KeyToken::of`] (and the engine's unit tests).
+    _private: (),
 }
 
-/// The flag of [`Key::one_at_a_time`] a key holds, cleared when it goes.
-struct Opened<'a>(Option<&'a Cell<bool>>);
-
-impl Drop for Opened<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        if let Some(open) = self.0 {
-            open.set(false);
-        }
+impl KeyToken {
+    /// The token of the command `ctx` runs: made once per command, where
+    /// it starts to decide.
+    #[inline(always)]
+    pub fn of(_ctx: Ctx<'_>) -> Self {
+        KeyToken { _private: () }
     }
+
+    /// A token for the engine's unit tests, whose keys live in memory.
+    #[cfg(test)]
+    pub(crate) fn in_memory() -> Self {
+        KeyToken { _private: () }
+    }
+}
+
+/// A key opened for one command, closed when dropped; `'k` is the borrow of
+/// the command's [`KeyToken`] it holds while open; `M` says how it was
+/// opened ([`Read`] or [`Write`]); `R` is what it is made of (the server's
+/// key, but in the engine's unit tests).
+pub struct Key<'k, M, R = OpenKey<'k>> {
+    key: R,
+    access: PhantomData<(M, &'k mut KeyToken)>,
 }
 
 /// A key opened for reading.
-pub type ReadKey<'a> = Key<'a, Read>;
+pub type ReadKey<'k> = Key<'k, Read>;
 
 /// A key opened for reading and writing.
-pub type WriteKey<'a> = Key<'a, Write>;
+pub type WriteKey<'k> = Key<'k, Write>;
 
-impl<'a> Key<'a, Read> {
-    /// Opens `name` for reading.
-    pub fn read(ctx: Ctx<'a>, name: KeyName<'a>) -> Self {
-        Self::made_of(OpenKey::open(ctx, name, false))
+impl<'k> Key<'k, Read> {
+    /// Opens `name` for reading, the command's `token` lent to the key.
+    pub fn read<'a: 'k>(token: &'k mut KeyToken, ctx: Ctx<'a>, name: KeyName<'a>) -> Self {
+        Self::made_of(token, OpenKey::open(ctx, name, false))
     }
 }
 
-impl<'a, M, R: RawKey> Key<'a, M, R> {
-    /// The one way the engine's stores open a key (`super::engine::store`):
-    /// a key of `raw()`, opened as `M` says, unless a key opened through
-    /// the same `open` flag (one per command) is still open, which is
-    /// refused with an error, `raw` not called. So no key is ever open twice
-    /// at once for a command: two opens of one name would lend two `&mut`
-    /// to one state (or a `&` beside a `&mut`), which the names, run-time
-    /// values, cannot rule out by their types. The engine needs one key at
-    /// a time (`RL.ALL` plans, takes and settles its tiers one after the
-    /// other).
+impl<'k, M, R: RawKey> Key<'k, M, R> {
+    /// A key of `raw`, which the caller opened as `M` says, holding the
+    /// command's `token` while it is open: the one way a key is made
+    /// (the engine's stores, `super::engine::store`, open theirs here).
     #[inline(always)]
-    pub(crate) fn one_at_a_time(
-        open: &'a Cell<bool>,
-        raw: impl FnOnce() -> R,
-    ) -> Result<Self, CommandError> {
-        if open.replace(true) {
-            return Err(open_twice());
-        }
-        Ok(Self {
-            key: raw(),
-            access: PhantomData,
-            _open: Opened(Some(open)),
-        })
-    }
-}
-
-impl<M, R: RawKey> Key<'_, M, R> {
-    /// A key of `raw`, which the caller opened as `M` says.
-    pub(crate) fn made_of(raw: R) -> Self {
+    pub(crate) fn made_of(_token: &'k mut KeyToken, raw: R) -> Self {
         Self {
             key: raw,
             access: PhantomData,
-            _open: Opened(None),
         }
     }
 
@@ -215,11 +214,11 @@ impl<M, R: RawKey> Key<'_, M, R> {
     }
 }
 
-impl<'a> Key<'a, Write> {
-    /// Opens `name` for reading and writing. Opening does not create the
-    /// key; setting a value does.
-    pub fn write(ctx: Ctx<'a>, name: KeyName<'a>) -> Self {
-        Self::made_of(OpenKey::open(ctx, name, true))
+impl<'k> Key<'k, Write> {
+    /// Opens `name` for reading and writing, the command's `token` lent to
+    /// the key. Opening does not create the key; setting a value does.
+    pub fn write<'a: 'k>(token: &'k mut KeyToken, ctx: Ctx<'a>, name: KeyName<'a>) -> Self {
+        Self::made_of(token, OpenKey::open(ctx, name, true))
     }
 }
 
@@ -452,13 +451,6 @@ impl<A: Stored> Held<'_, A> {
         self.until_ms
             .map_or(fresh_at_ms, |until| fresh_at_ms.max(until))
     }
-}
-
-/// [`Key::one_at_a_time`]'s refusal, kept off the path of every open.
-#[cold]
-#[inline(never)]
-fn open_twice() -> CommandError {
-    CommandError::key_open_twice()
 }
 
 thread_local! {

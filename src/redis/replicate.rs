@@ -61,9 +61,6 @@ pub struct Run<'a> {
     pub expiry_slack_ms: u32,
     origin: Origin<'a>,
     changed: Cell<bool>,
-    /// Whether a key opened through this run is open (see
-    /// `super::key::Key::one_at_a_time`).
-    pub key_open: Cell<bool>,
 }
 
 impl<'a> Run<'a> {
@@ -80,7 +77,6 @@ impl<'a> Run<'a> {
                 glue_word: None,
             },
             changed: Cell::new(false),
-            key_open: Cell::new(false),
         }
     }
 
@@ -97,7 +93,6 @@ impl<'a> Run<'a> {
                 glue_word: Some(word),
             },
             changed: Cell::new(false),
-            key_open: Cell::new(false),
         }
     }
 
@@ -113,7 +108,6 @@ impl<'a> Run<'a> {
                 words,
             },
             changed: Cell::new(false),
-            key_open: Cell::new(false),
         }
     }
 
@@ -125,7 +119,6 @@ impl<'a> Run<'a> {
             expiry_slack_ms: header.expiry_slack_ms,
             origin: Origin::Replay,
             changed: Cell::new(false),
-            key_open: Cell::new(false),
         }
     }
 

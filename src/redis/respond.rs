@@ -5,6 +5,7 @@
 
 use super::engine::decide::decide;
 use super::ffi::{Args, KeyName, Status};
+use super::key::KeyToken;
 use super::outcome::answer;
 use super::replicate::Run;
 use super::request::Request;
@@ -18,13 +19,14 @@ use crate::algorithms::Mode;
 /// within its wait); the rest is counted, announced and answered.
 pub fn respond(run: &Run<'_>, args: &Args<'_>, request: Request, keys: &[KeyName<'_>]) -> Status {
     let ctx = run.ctx;
+    let token = &mut KeyToken::of(ctx);
     let mode = request.mode();
     let block_ms = request.block_ms().filter(|_| waiters::can_block(ctx));
     if mode == Mode::Take && waiters::queued(ctx, keys) {
         if let Some(block_ms) = block_ms {
             return waiters::wait(ctx, args, request, keys, block_ms, None);
         }
-        return match decide(run, &request, keys, Mode::Peek) {
+        return match decide(run, token, &request, keys, Mode::Peek) {
             Ok(outcome) => {
                 let outcome = outcome.denied(waiters::next_turn_ms(ctx, keys));
                 answer(run, &request, keys, &outcome)
@@ -32,7 +34,7 @@ pub fn respond(run: &Run<'_>, args: &Args<'_>, request: Request, keys: &[KeyName
             Err(error) => ctx.reply_error(&error),
         };
     }
-    let decided = decide(run, &request, keys, mode);
+    let decided = decide(run, token, &request, keys, mode);
     run.propagate(Some(args), request.drawn_id());
     let outcome = match decided {
         Ok(outcome) => outcome,

@@ -7,6 +7,7 @@
 use super::super::engine::decide::decide;
 use super::super::engine::leases::release;
 use super::super::ffi::{command, Args, Ctx, Status, Words};
+use super::super::key::KeyToken;
 use super::super::replicate::Run;
 use super::super::request::Request;
 use super::super::waiters;
@@ -27,17 +28,18 @@ command! {
 fn apply_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     let result = replayed(ctx, args, 2).and_then(|(header, words)| {
         let run = Run::replay(ctx, &header);
+        let token = &mut KeyToken::of(ctx);
         let key = args.key(1).ok_or(CommandError::Arity)?;
         let result = match header.command {
-            Command::Release => release(&run, Some(key), &words).map(|released| {
+            Command::Release => release(&run, token, Some(key), &words).map(|released| {
                 if released {
                     waiters::freed(ctx, key);
                 }
             }),
-            Command::Refund => refund(&run, Some(key), &words).map(drop),
+            Command::Refund => refund(&run, token, Some(key), &words).map(drop),
             Command::All => Err(CommandError::invalid_state("RL.ALL replays as RL.APPLYALL")),
             command => Request::parse(command, &words, header.drawn_id)
-                .and_then(|request| decide(&run, &request, &[key], request.mode()))
+                .and_then(|request| decide(&run, token, &request, &[key], request.mode()))
                 .map(drop),
         };
         run.propagate(Some(args), None);
@@ -65,10 +67,11 @@ fn apply_all_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
             return Err(CommandError::invalid_state("not a replay of RL.ALL"));
         }
         let run = Run::replay(ctx, &header);
+        let token = &mut KeyToken::of(ctx);
         let result = parse::all(&words).and_then(|parsed| {
             let keys = keys(args, &parsed)?;
             let request = Request::All(parsed);
-            decide(&run, &request, &keys, request.mode()).map(drop)
+            decide(&run, token, &request, &keys, request.mode()).map(drop)
         });
         run.propagate(Some(args), None);
         result
@@ -99,6 +102,7 @@ fn apply_check_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
             return Err(CommandError::invalid_state("not a replay of RL.CHECK"));
         }
         let run = Run::replay(ctx, &header);
+        let token = &mut KeyToken::of(ctx);
         let (stamp, definition) = replayed_definition(words.first().copied().unwrap_or_default())?;
         let n = definition.tiers.len();
         let keys: Vec<_> = (2..2 + n).filter_map(|i| args.key(i)).collect();
@@ -113,7 +117,7 @@ fn apply_check_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
                 counters: Arc::default(),
                 stamp,
             })
-            .and_then(|request| decide(&run, &request, &keys, request.mode()).map(drop));
+            .and_then(|request| decide(&run, token, &request, &keys, request.mode()).map(drop));
         run.propagate(Some(args), None);
         result
     });

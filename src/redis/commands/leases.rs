@@ -3,6 +3,7 @@
 
 use super::super::engine::leases::release;
 use super::super::ffi::{command, Args, Ctx, Status};
+use super::super::key::KeyToken;
 use super::super::replicate::Run;
 use super::super::request::Request;
 use super::super::respond::respond;
@@ -37,7 +38,12 @@ command! {
 fn release_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     let run = Run::live(ctx, Command::Release, 2);
     let result = match args.len() {
-        3 => release(&run, args.key(1), &args.bytes_from(2)),
+        3 => release(
+            &run,
+            &mut KeyToken::of(ctx),
+            args.key(1),
+            &args.bytes_from(2),
+        ),
         _ => Err(CommandError::Arity),
     };
     if let (Ok(true), Some(key)) = (&result, args.key(1)) {

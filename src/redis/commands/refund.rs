@@ -3,6 +3,7 @@
 
 use super::super::engine::check::refund_tier;
 use super::super::ffi::{command, Args, Ctx, KeyName, Status};
+use super::super::key::KeyToken;
 use super::super::replicate::Run;
 use super::super::waiters;
 use crate::error::CommandError;
@@ -17,7 +18,12 @@ command! {
 
 fn refund_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     let run = Run::live(ctx, Command::Refund, 2);
-    let result = refund(&run, args.key(1), &args.bytes_from(2));
+    let result = refund(
+        &run,
+        &mut KeyToken::of(ctx),
+        args.key(1),
+        &args.bytes_from(2),
+    );
     run.propagate(Some(args), None);
     match result {
         Ok(given) => ctx.reply_integer(given as i64),
@@ -30,6 +36,7 @@ fn refund_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
 /// it is told, as `RL.RELEASE` tells a lease's waiters.
 pub fn refund(
     run: &Run<'_>,
+    token: &mut KeyToken,
     key_name: Option<KeyName<'_>>,
     words: &[&[u8]],
 ) -> Result<u64, CommandError> {
@@ -39,6 +46,7 @@ pub fn refund(
     let parsed = parse::refund(words)?;
     let given = refund_tier(
         run,
+        token,
         key_name,
         &parsed.tier,
         parsed.amount,

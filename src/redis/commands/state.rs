@@ -3,7 +3,7 @@
 
 use super::super::config::expiry_slack_ms;
 use super::super::ffi::{command, now_ms, Args, Ctx, KeyName, Status};
-use super::super::key::{Key, ReadKey};
+use super::super::key::{Key, KeyToken, ReadKey};
 use super::super::types::{first_of, horizon, on_tag, StateVisitor, Stored};
 use crate::algorithms::expiry::EXPIRY_TIMES;
 use crate::algorithms::Field;
@@ -104,7 +104,8 @@ impl StateVisitor for SetState<'_> {
     fn visit<A: Stored>(self) -> Self::Out {
         let state =
             A::decode(self.blob, horizon()).map_err(|e| CommandError::invalid_state(e.0))?;
-        let mut key = Key::write(self.ctx, self.key_name);
+        let mut token = KeyToken::of(self.ctx);
+        let mut key = Key::write(&mut token, self.ctx, self.key_name);
         let fresh_at_ms = state.fresh_at_ms();
         key.put(state)?;
         self.ctx.signal_modified(self.key_name);
@@ -135,7 +136,8 @@ fn info_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     let Some(key_name) = args.key(1).filter(|_| args.len() == 2) else {
         return ctx.reply_error(&CommandError::Arity);
     };
-    let key = Key::read(ctx, key_name);
+    let mut token = KeyToken::of(ctx);
+    let key = Key::read(&mut token, ctx, key_name);
     let describe = Describe {
         key: &key,
         now_ms: now_ms(),

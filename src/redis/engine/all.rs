@@ -4,6 +4,7 @@
 //! one. Each tier goes through the steps of one key's check
 //! (`super::check`): planned, then taken or settled.
 
+use super::super::key::KeyToken;
 use super::check::{denial, held_until, on_tier, plan, settle, take, Memory, OnTier, Plan, Took};
 use super::store::Store;
 use super::{penalty_of, Checked};
@@ -17,16 +18,18 @@ use crate::parse::{AllArgs, CheckOptions, Tier};
 /// request taken from all (each as its own check would take it).
 pub fn all<S: Store>(
     run: &S,
+    token: &mut KeyToken,
     keys: &[S::Name],
     parsed: &AllArgs,
     mode: Mode,
 ) -> Result<(Decision, Vec<Decision>), CommandError> {
-    all_tiers(run, keys, &parsed.tiers, &parsed.options, mode)
+    all_tiers(run, token, keys, &parsed.tiers, &parsed.options, mode)
 }
 
 /// [`all`] of `tiers` with `options` (a policy's tiers, read in place).
 pub fn all_tiers<S: Store>(
     run: &S,
+    token: &mut KeyToken,
     keys: &[S::Name],
     tiers: &[Tier],
     options: &CheckOptions,
@@ -39,6 +42,7 @@ pub fn all_tiers<S: Store>(
             tier,
             Planning {
                 run,
+                token: &mut *token,
                 key_name,
                 cost,
             },
@@ -57,6 +61,7 @@ pub fn all_tiers<S: Store>(
                 tier,
                 Taking {
                     run,
+                    token: &mut *token,
                     key_name,
                     cost,
                 },
@@ -86,6 +91,7 @@ pub fn all_tiers<S: Store>(
                 tier,
                 Settling {
                     run,
+                    token: &mut *token,
                     key_name,
                     until_ms: (until_ms != NO_PENALTY).then_some(until_ms),
                     held_ms: held_until(run.now_ms(), decision, &combined, options.block_ms),
@@ -102,6 +108,7 @@ const NO_PENALTY: i64 = i64::MIN;
 /// A tier's [`plan`].
 struct Planning<'r, S: Store> {
     run: &'r S,
+    token: &'r mut KeyToken,
     key_name: S::Name,
     cost: u64,
 }
@@ -109,7 +116,7 @@ struct Planning<'r, S: Store> {
 impl<S: Store> OnTier for Planning<'_, S> {
     type Out = Result<Plan, CommandError>;
     fn on<A: Checked>(self, params: A::Params) -> Self::Out {
-        plan::<S, A>(self.run, self.key_name, params, self.cost)
+        plan::<S, A>(self.run, self.token, self.key_name, params, self.cost)
     }
 }
 
@@ -117,6 +124,7 @@ impl<S: Store> OnTier for Planning<'_, S> {
 /// checked: the tier's decision, the request taken.
 struct Taking<'r, S: Store> {
     run: &'r S,
+    token: &'r mut KeyToken,
     key_name: S::Name,
     cost: u64,
 }
@@ -124,7 +132,7 @@ struct Taking<'r, S: Store> {
 impl<S: Store> OnTier for Taking<'_, S> {
     type Out = Result<Decision, CommandError>;
     fn on<A: Checked>(self, params: A::Params) -> Self::Out {
-        let mut key = self.run.write(self.key_name)?;
+        let mut key = self.run.write(self.token, self.key_name);
         match take::<S, A>(
             self.run,
             &mut key,
@@ -148,6 +156,7 @@ impl<S: Store> OnTier for Taking<'_, S> {
 /// tier's state.
 struct Settling<'r, S: Store> {
     run: &'r S,
+    token: &'r mut KeyToken,
     key_name: S::Name,
     until_ms: Option<i64>,
     held_ms: Option<i64>,
@@ -156,7 +165,7 @@ struct Settling<'r, S: Store> {
 impl<S: Store> OnTier for Settling<'_, S> {
     type Out = Result<(), CommandError>;
     fn on<A: Checked>(self, _params: A::Params) -> Self::Out {
-        let mut key = self.run.write(self.key_name)?;
+        let mut key = self.run.write(self.token, self.key_name);
         let Some(fresh_at_ms) = key.fresh_at_ms::<A>()? else {
             return Ok(());
         };

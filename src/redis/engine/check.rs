@@ -14,7 +14,7 @@
 //! Also a partial grant's cost ([`upto`]) and a refund ([`refund`]), and
 //! the dispatch on a tier's algorithm ([`on_tier`]).
 
-use super::super::key::{Key, Write};
+use super::super::key::{Key, KeyToken, Write};
 use super::store::{store, Store};
 use super::{turn_of, Checked};
 use crate::algorithms::partial::{granted_at_ms, refund_stored, upto_cost};
@@ -68,12 +68,13 @@ pub struct Plan {
 /// (`crate::algorithms::Algorithm::peek_stored`).
 pub fn plan<S: Store, A: Checked>(
     run: &S,
+    token: &mut KeyToken,
     key_name: S::Name,
     params: A::Params,
     cost: u64,
 ) -> Result<Plan, CommandError> {
     let now_ms = run.now_ms();
-    let key = run.read(key_name)?;
+    let key = run.read(token, key_name);
     Ok(match key.held_ref::<A>()? {
         None => Plan {
             decision: A::check_with(None, params, now_ms, cost, Mode::Peek).0,
@@ -268,8 +269,10 @@ pub fn settle<S: Store, A: Checked>(
 /// opened once, and a denial [`settle`]d on it (a penalty given
 /// `penalty_ms` starts, a request that will wait, `block_ms`, keeps the
 /// key until its turn: see [`turn_of`]).
+#[allow(clippy::too_many_arguments)]
 pub fn apply<S: Store, A: Checked>(
     run: &S,
+    token: &mut KeyToken,
     key_name: S::Name,
     params: A::Params,
     cost: u64,
@@ -278,9 +281,9 @@ pub fn apply<S: Store, A: Checked>(
     block_ms: Option<u64>,
 ) -> Result<Decision, CommandError> {
     if mode == Mode::Peek {
-        return Ok(plan::<S, A>(run, key_name, params, cost)?.decision);
+        return Ok(plan::<S, A>(run, token, key_name, params, cost)?.decision);
     }
-    let key = run.write(key_name)?;
+    let key = run.write(token, key_name);
     apply_open::<S, A>(run, key, key_name, params, cost, penalty_ms, block_ms)
 }
 
@@ -311,8 +314,10 @@ pub fn apply_open<S: Store, A: Checked>(
 }
 
 /// [`apply`] with the algorithm `tier` names.
+#[allow(clippy::too_many_arguments)]
 pub fn apply_tier<S: Store>(
     run: &S,
+    token: &mut KeyToken,
     key_name: S::Name,
     tier: &Tier,
     cost: u64,
@@ -322,6 +327,7 @@ pub fn apply_tier<S: Store>(
 ) -> Result<Decision, CommandError> {
     struct Apply<'r, S: Store> {
         run: &'r S,
+        token: &'r mut KeyToken,
         key_name: S::Name,
         cost: u64,
         mode: Mode,
@@ -334,6 +340,7 @@ pub fn apply_tier<S: Store>(
         fn on<A: Checked>(self, params: A::Params) -> Self::Out {
             apply::<S, A>(
                 self.run,
+                self.token,
                 self.key_name,
                 params,
                 self.cost,
@@ -347,6 +354,7 @@ pub fn apply_tier<S: Store>(
         tier,
         Apply {
             run,
+            token,
             key_name,
             cost,
             mode,
@@ -360,25 +368,28 @@ pub fn apply_tier<S: Store>(
 /// [`apply_tier`], for the algorithm `tier` names: see [`upto`].
 pub fn upto_tier<S: Store>(
     run: &S,
+    token: &mut KeyToken,
     key_name: S::Name,
     tier: &Tier,
     cost: u64,
 ) -> Result<(u64, i64), CommandError> {
     struct Upto<'r, S: Store> {
         run: &'r S,
+        token: &'r mut KeyToken,
         key_name: S::Name,
         cost: u64,
     }
     impl<S: Store> OnTier for Upto<'_, S> {
         type Out = Result<(u64, i64), CommandError>;
         fn on<A: Checked>(self, params: A::Params) -> Self::Out {
-            upto::<S, A>(self.run, self.key_name, params, self.cost)
+            upto::<S, A>(self.run, self.token, self.key_name, params, self.cost)
         }
     }
     on_tier(
         tier,
         Upto {
             run,
+            token,
             key_name,
             cost,
         },
@@ -389,6 +400,7 @@ pub fn upto_tier<S: Store>(
 /// back.
 pub fn refund_tier<S: Store>(
     run: &S,
+    token: &mut KeyToken,
     key_name: S::Name,
     tier: &Tier,
     amount: u64,
@@ -396,6 +408,7 @@ pub fn refund_tier<S: Store>(
 ) -> Result<u64, CommandError> {
     struct Refund<'r, S: Store> {
         run: &'r S,
+        token: &'r mut KeyToken,
         key_name: S::Name,
         amount: u64,
         granted_at_ms: Option<i64>,
@@ -405,6 +418,7 @@ pub fn refund_tier<S: Store>(
         fn on<A: Checked>(self, params: A::Params) -> Self::Out {
             refund::<S, A>(
                 self.run,
+                self.token,
                 self.key_name,
                 params,
                 self.amount,
@@ -416,6 +430,7 @@ pub fn refund_tier<S: Store>(
         tier,
         Refund {
             run,
+            token,
             key_name,
             amount,
             granted_at_ms,
@@ -433,6 +448,7 @@ pub fn refund_tier<S: Store>(
 /// check takes.
 pub fn upto<S: Store, A: Checked>(
     run: &S,
+    token: &mut KeyToken,
     key_name: S::Name,
     params: A::Params,
     cost: u64,
@@ -440,7 +456,7 @@ pub fn upto<S: Store, A: Checked>(
     if !<A::Params as Syntax>::PARTIAL {
         return Err(crate::parse::options::upto_not_offered());
     }
-    let key = run.read(key_name)?;
+    let key = run.read(token, key_name);
     Ok(match key.held_ref::<A>()? {
         None => (
             upto_cost::<A>(None, params, run.now_ms(), cost),
@@ -472,12 +488,13 @@ pub fn upto<S: Store, A: Checked>(
 /// back is not written (replicas would not see it).
 pub fn refund<S: Store, A: Checked>(
     run: &S,
+    token: &mut KeyToken,
     key_name: S::Name,
     params: A::Params,
     amount: u64,
     granted_at_ms: Option<i64>,
 ) -> Result<u64, CommandError> {
-    let mut key = run.write(key_name)?;
+    let mut key = run.write(token, key_name);
     let Some(held) = key.held::<A>()? else {
         return Ok(0);
     };

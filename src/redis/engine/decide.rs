@@ -3,6 +3,7 @@
 //! lease) and says what it is answered.
 
 use super::super::ffi::KeyName;
+use super::super::key::KeyToken;
 use super::super::outcome::Outcome;
 use super::super::replicate::Run;
 use super::super::request::Request;
@@ -22,15 +23,17 @@ use crate::parse::{CheckOptions, Tier};
 /// Decides `request` on `keys` (one, or `RL.ALL`'s), in `mode`.
 pub fn decide(
     run: &Run<'_>,
+    token: &mut KeyToken,
     request: &Request,
     keys: &[KeyName<'_>],
     mode: Mode,
 ) -> Result<Outcome, CommandError> {
     let key = || keys.first().copied().ok_or(CommandError::Arity);
     Ok(match request {
-        Request::Check { tier, options } => check(run, key()?, tier, options, mode)?,
+        Request::Check { tier, options } => check(run, token, key()?, tier, options, mode)?,
         Request::Throttle(throttle) => Outcome::Throttle(apply::<_, Gcra>(
             run,
+            token,
             key()?,
             throttle.params,
             throttle.cost,
@@ -40,13 +43,13 @@ pub fn decide(
         )?),
         Request::Acquire { args, id, .. } => match mode {
             Mode::Take => {
-                let decision = acquire(run, key()?, args.params, id)?;
+                let decision = acquire(run, token, key()?, args.params, id)?;
                 Outcome::Acquired(decision, decision.allowed.then(|| id.clone()))
             }
-            Mode::Peek => Outcome::Acquired(peek(run, key()?, args.params)?, None),
+            Mode::Peek => Outcome::Acquired(peek(run, token, key()?, args.params)?, None),
         },
         Request::All(args) => {
-            let (combined, tiers) = all(run, keys, args, mode)?;
+            let (combined, tiers) = all(run, token, keys, args, mode)?;
             Outcome::All(combined, tiers)
         }
         Request::Policy {
@@ -54,7 +57,7 @@ pub fn decide(
             options,
             stamp,
             ..
-        } => by_name(run, definition, options, *stamp, keys, mode)?,
+        } => by_name(run, token, definition, options, *stamp, keys, mode)?,
     })
 }
 
@@ -63,6 +66,7 @@ pub fn decide(
 #[inline(always)]
 fn check(
     run: &Run<'_>,
+    token: &mut KeyToken,
     key: KeyName<'_>,
     tier: &Tier,
     options: &CheckOptions,
@@ -70,12 +74,13 @@ fn check(
 ) -> Result<Outcome, CommandError> {
     // `UPTO`: the plain check of what is available.
     let grant = if options.upto {
-        Some(upto_tier(run, key, tier, options.cost)?)
+        Some(upto_tier(run, token, key, tier, options.cost)?)
     } else {
         None
     };
     let decision = apply_tier(
         run,
+        token,
         key,
         tier,
         grant.map_or(options.cost, |(asked, _)| asked),
@@ -102,6 +107,7 @@ fn check(
 /// step of its own: its stamp is read on the key the decision opens.
 fn by_name(
     run: &Run<'_>,
+    token: &mut KeyToken,
     definition: &Definition,
     options: &CheckOptions,
     stamp: Stamp,
@@ -111,11 +117,12 @@ fn by_name(
     let tiers = definition.tiers.as_slice();
     if stamp.is_none() {
         // A replay written before stamps: decided as then.
-        return inline(run, tiers, options, keys, mode);
+        return inline(run, token, tiers, options, keys, mode);
     }
     if let ([tier], Some(&key), Mode::Take, false) = (tiers, keys.first(), mode, options.upto) {
         let current = migrate::decided_if_current(
             run,
+            token,
             key,
             tier,
             stamp,
@@ -128,11 +135,20 @@ fn by_name(
         }
     }
     let on_change = definition.on_change;
-    match migrate::before(run, keys, tiers, stamp, on_change, mode, options.cost)? {
+    match migrate::before(
+        run,
+        token,
+        keys,
+        tiers,
+        stamp,
+        on_change,
+        mode,
+        options.cost,
+    )? {
         Err(peeked) => Ok(peeked),
         Ok(migration) => {
-            let outcome = inline(run, tiers, options, keys, mode)?;
-            migration.finish(run)?;
+            let outcome = inline(run, token, tiers, options, keys, mode)?;
+            migration.finish(run, token)?;
             Ok(outcome)
         }
     }
@@ -142,6 +158,7 @@ fn by_name(
 /// `RL.ALL`'s.
 fn inline(
     run: &Run<'_>,
+    token: &mut KeyToken,
     tiers: &[Tier],
     options: &CheckOptions,
     keys: &[KeyName<'_>],
@@ -150,10 +167,10 @@ fn inline(
     match tiers {
         [tier] => {
             let key = keys.first().copied().ok_or(CommandError::Arity)?;
-            check(run, key, tier, options, mode)
+            check(run, token, key, tier, options, mode)
         }
         _ => {
-            let (combined, each) = all_tiers(run, keys, tiers, options, mode)?;
+            let (combined, each) = all_tiers(run, token, keys, tiers, options, mode)?;
             Ok(Outcome::All(combined, each))
         }
     }

@@ -2,6 +2,7 @@
 //! taking, giving one back.
 
 use super::super::ffi::KeyName;
+use super::super::key::KeyToken;
 use super::super::replicate::Run;
 use super::store::{store, Store};
 use crate::algorithms::concurrency::{LeaseParams, Leases};
@@ -13,11 +14,12 @@ use crate::parse;
 /// lease): the decision. A key's first lease creates it.
 pub fn acquire(
     run: &Run<'_>,
+    token: &mut KeyToken,
     key_name: KeyName<'_>,
     params: LeaseParams,
     id: &[u8],
 ) -> Result<Decision, CommandError> {
-    let mut key = run.write(key_name)?;
+    let mut key = run.write(token, key_name);
     match key.value::<Leases>()? {
         Some(leases) => {
             if leases.would_add(params, run.now_ms(), id) {
@@ -45,10 +47,11 @@ pub fn acquire(
 /// nothing.
 pub fn peek(
     run: &Run<'_>,
+    token: &mut KeyToken,
     key_name: KeyName<'_>,
     params: LeaseParams,
 ) -> Result<Decision, CommandError> {
-    let key = run.read(key_name)?;
+    let key = run.read(token, key_name);
     match key.get::<Leases>() {
         Some(leases) => Ok(leases.peek_with(params, run.now_ms())),
         None if key.is_empty() => {
@@ -63,6 +66,7 @@ pub fn peek(
 /// them).
 pub fn release(
     run: &Run<'_>,
+    token: &mut KeyToken,
     key_name: Option<KeyName<'_>>,
     words: &[&[u8]],
 ) -> Result<bool, CommandError> {
@@ -70,7 +74,7 @@ pub fn release(
         return Err(CommandError::Arity);
     };
     let id = parse::lease_id(id)?;
-    let mut key = run.write(key_name)?;
+    let mut key = run.write(token, key_name);
     let Some(leases) = key.value::<Leases>()? else {
         return Ok(false);
     };

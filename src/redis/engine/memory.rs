@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use super::super::ffi::key::Holds;
 use super::super::ffi::types::TypedValue;
-use super::super::key::{Key, RawKey, Read, Write};
+use super::super::key::{Key, KeyToken, RawKey, Read, Write};
 use super::store::Store;
 use crate::error::CommandError;
 
@@ -70,8 +70,6 @@ pub struct Memory {
     written: RefCell<Vec<&'static str>>,
     /// Whether the server would refuse a write that needs memory now.
     full: Cell<bool>,
-    /// Whether a key is open (`Key::one_at_a_time`).
-    key_open: Cell<bool>,
 }
 
 impl Memory {
@@ -142,9 +140,9 @@ impl Memory {
     }
 }
 
-/// One key of [`Memory`], open: the whole map is held while it is (a
-/// second key opened at the same time is refused before, by
-/// `Key::one_at_a_time`, as the server's are).
+/// One key of [`Memory`], open: the whole map is held while it is (no
+/// second key is opened at the same time: the key holds the command's
+/// [`KeyToken`], as the server's do).
 pub struct MemoryKey<'s> {
     keys: RefMut<'s, Map>,
     name: &'static str,
@@ -224,12 +222,20 @@ impl Store for Memory {
         self.slack_ms
     }
 
-    fn read(&self, name: &'static str) -> Result<Key<'_, Read, MemoryKey<'_>>, CommandError> {
-        Key::one_at_a_time(&self.key_open, || self.open(name))
+    fn read<'k>(
+        &'k self,
+        token: &'k mut KeyToken,
+        name: &'static str,
+    ) -> Key<'k, Read, MemoryKey<'k>> {
+        Key::made_of(token, self.open(name))
     }
 
-    fn write(&self, name: &'static str) -> Result<Key<'_, Write, MemoryKey<'_>>, CommandError> {
-        Key::one_at_a_time(&self.key_open, || self.open(name))
+    fn write<'k>(
+        &'k self,
+        token: &'k mut KeyToken,
+        name: &'static str,
+    ) -> Key<'k, Write, MemoryKey<'k>> {
+        Key::made_of(token, self.open(name))
     }
 
     fn out_of_memory(&self) -> Result<(), CommandError> {

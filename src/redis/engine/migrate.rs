@@ -33,7 +33,7 @@
 //! the stamp and the strategy: `crate::policies::replayed_word`), so they
 //! reach the same bytes.
 
-use super::super::key::{Holds, Key};
+use super::super::key::{Holds, Key, KeyToken};
 use super::super::outcome::Outcome;
 use super::super::types::PenalizedStored;
 use super::check::{apply_open, on_tier, OnTier};
@@ -47,7 +47,8 @@ use crate::parse::policy::OnChange;
 use crate::parse::Tier;
 
 /// A write to one tier's key, not done yet.
-type Write<'a, S> = Box<dyn FnOnce(&S, <S as Store>::Name) -> Result<(), CommandError> + 'a>;
+type Write<'a, S> =
+    Box<dyn FnOnce(&S, &mut KeyToken, <S as Store>::Name) -> Result<(), CommandError> + 'a>;
 
 /// What one tier's key needs.
 struct Planned<'a, S: Store> {
@@ -68,9 +69,9 @@ pub struct Migration<'a, S: Store> {
 
 impl<S: Store> Migration<'_, S> {
     /// Stamps what the decision created.
-    pub fn finish(self, run: &S) -> Result<(), CommandError> {
+    pub fn finish(self, run: &S, token: &mut KeyToken) -> Result<(), CommandError> {
         for (write, key_name) in self.after {
-            write(run, key_name)?;
+            write(run, token, key_name)?;
         }
         Ok(())
     }
@@ -79,8 +80,10 @@ impl<S: Store> Migration<'_, S> {
 /// Runs the migration of `tiers` on `keys` (in key order) before a check of
 /// `cost` in `mode`: in a peek that a migration changes, the answer (the
 /// decision is then not to run); otherwise what to do after the decision.
+#[allow(clippy::too_many_arguments)]
 pub fn before<'a, S: Store + 'a>(
     run: &S,
+    token: &mut KeyToken,
     keys: &[S::Name],
     tiers: &[Tier],
     stamp: Stamp,
@@ -90,7 +93,7 @@ pub fn before<'a, S: Store + 'a>(
 ) -> Result<Result<Migration<'a, S>, Outcome>, CommandError> {
     // One tier (the usual policy): no list of plans.
     if let ([tier], Some(&key_name)) = (tiers, keys.first()) {
-        let planned = plan_tier(run, key_name, tier, stamp, on_change, mode, cost)?;
+        let planned = plan_tier(run, token, key_name, tier, stamp, on_change, mode, cost)?;
         if mode == Mode::Peek {
             if let (true, Some(peek)) = (planned.migrated, planned.peek) {
                 return Ok(Err(Outcome::Decision(peek)));
@@ -98,7 +101,7 @@ pub fn before<'a, S: Store + 'a>(
             return Ok(Ok(Migration { after: Vec::new() }));
         }
         if let Some(write) = planned.before {
-            write(run, key_name)?;
+            write(run, token, key_name)?;
         }
         let after = match planned.after {
             Some(write) => vec![(write, key_name)],
@@ -109,7 +112,7 @@ pub fn before<'a, S: Store + 'a>(
     let mut planned = Vec::with_capacity(tiers.len());
     for (tier, &key_name) in tiers.iter().zip(keys) {
         planned.push(plan_tier(
-            run, key_name, tier, stamp, on_change, mode, cost,
+            run, token, key_name, tier, stamp, on_change, mode, cost,
         )?);
     }
     if mode == Mode::Peek {
@@ -125,7 +128,7 @@ pub fn before<'a, S: Store + 'a>(
     let mut after = Vec::new();
     for (tier, &key_name) in planned.into_iter().zip(keys) {
         if let Some(write) = tier.before {
-            write(run, key_name)?;
+            write(run, token, key_name)?;
         }
         if let Some(write) = tier.after {
             after.push((write, key_name));
@@ -140,8 +143,10 @@ pub fn before<'a, S: Store + 'a>(
 /// key the stamp was read from (opened once, nothing else looked up); a new
 /// key is made in its stamped form. `None` when the key needs the
 /// migration step first ([`before`]), having changed nothing.
+#[allow(clippy::too_many_arguments)]
 pub fn decided_if_current<S: Store>(
     run: &S,
+    token: &mut KeyToken,
     key_name: S::Name,
     tier: &Tier,
     stamp: Stamp,
@@ -151,6 +156,7 @@ pub fn decided_if_current<S: Store>(
 ) -> Result<Option<Decision>, CommandError> {
     struct Current<'r, S: Store> {
         run: &'r S,
+        token: &'r mut KeyToken,
         key_name: S::Name,
         stamp: Stamp,
         cost: u64,
@@ -163,13 +169,14 @@ pub fn decided_if_current<S: Store>(
         fn on<B: Checked>(self, params: B::Params) -> Self::Out {
             let Current {
                 run,
+                token,
                 key_name,
                 stamp,
                 cost,
                 penalty_ms,
                 block_ms,
             } = self;
-            let mut key = run.write(key_name)?;
+            let mut key = run.write(token, key_name);
             if key.is_empty() {
                 // Made in its stamped form right away, a fresh state, when
                 // the request will take from it (what the decision then
@@ -204,6 +211,7 @@ pub fn decided_if_current<S: Store>(
         tier,
         Current {
             run,
+            token,
             key_name,
             stamp,
             cost,
@@ -217,6 +225,7 @@ pub fn decided_if_current<S: Store>(
 /// ([`on_tier`]).
 struct Planning<'r, 'a, S: Store> {
     run: &'r S,
+    token: &'r mut KeyToken,
     key_name: S::Name,
     stamp: Stamp,
     on_change: OnChange,
@@ -230,6 +239,7 @@ impl<'a, S: Store + 'a> OnTier for Planning<'_, 'a, S> {
     fn on<B: Checked>(self, params: B::Params) -> Self::Out {
         plan::<S, B>(
             self.run,
+            self.token,
             self.key_name,
             params,
             self.stamp,
@@ -244,6 +254,7 @@ impl<'a, S: Store + 'a> OnTier for Planning<'_, 'a, S> {
 #[allow(clippy::too_many_arguments)]
 fn plan_tier<'a, S: Store + 'a>(
     run: &S,
+    token: &mut KeyToken,
     key_name: S::Name,
     tier: &Tier,
     stamp: Stamp,
@@ -253,6 +264,7 @@ fn plan_tier<'a, S: Store + 'a>(
 ) -> Result<Planned<'a, S>, CommandError> {
     let planning = Planning {
         run,
+        token,
         key_name,
         stamp,
         on_change,
@@ -299,8 +311,10 @@ macro_rules! across {
 }
 crate::registry!(across);
 
+#[allow(clippy::too_many_arguments)]
 fn plan<'a, S: Store + 'a, B: Checked>(
     run: &S,
+    token: &mut KeyToken,
     key_name: S::Name,
     params: B::Params,
     stamp: Stamp,
@@ -310,9 +324,9 @@ fn plan<'a, S: Store + 'a, B: Checked>(
 ) -> Result<Planned<'a, S>, CommandError> {
     let now = (params, stamp, on_change, mode, cost);
     if mode == Mode::Take {
-        plan_on::<S, B, _>(run, run.write(key_name)?, now)
+        plan_on::<S, B, _>(run, run.write(token, key_name), now)
     } else {
-        plan_on::<S, B, _>(run, run.read(key_name)?, now)
+        plan_on::<S, B, _>(run, run.read(token, key_name), now)
     }
 }
 
@@ -382,12 +396,13 @@ fn plan_on<'a, 'k, S: Store + 'a, B: Checked, M>(
             )),
             _ => None,
         };
-        let write: Write<'a, S> = Box::new(move |run: &S, key_name: S::Name| {
-            let mut key = run.write(key_name)?;
-            key.stamp::<B>(stamp, run.now_ms())?;
-            run.written(key_name);
-            Ok(())
-        });
+        let write: Write<'a, S> =
+            Box::new(move |run: &S, token: &mut KeyToken, key_name: S::Name| {
+                let mut key = run.write(token, key_name);
+                key.stamp::<B>(stamp, run.now_ms())?;
+                run.written(key_name);
+                Ok(())
+            });
         return Ok(kept(Some(write), peek));
     }
     drop(key);
@@ -398,28 +413,32 @@ fn plan_on<'a, 'k, S: Store + 'a, B: Checked, M>(
                 penalty::peek_stored(state, Some(until_ms), params, now_ms, cost)
             });
             Planned {
-                before: Some(Box::new(move |run: &S, key_name: S::Name| {
-                    let mut key = run.write(key_name)?;
-                    let fresh_at_ms = {
-                        let (state, until_ms) = B::parts_ref(&extended);
-                        crate::algorithms::State::fresh_at_ms(state).max(until_ms)
-                    };
-                    key.set(extended)?;
-                    key.expire_fresh(fresh_at_ms, run.expiry_slack_ms());
-                    run.written(key_name);
-                    Ok(())
-                })),
+                before: Some(Box::new(
+                    move |run: &S, token: &mut KeyToken, key_name: S::Name| {
+                        let mut key = run.write(token, key_name);
+                        let fresh_at_ms = {
+                            let (state, until_ms) = B::parts_ref(&extended);
+                            crate::algorithms::State::fresh_at_ms(state).max(until_ms)
+                        };
+                        key.set(extended)?;
+                        key.expire_fresh(fresh_at_ms, run.expiry_slack_ms());
+                        run.written(key_name);
+                        Ok(())
+                    },
+                )),
                 after: None,
                 migrated: true,
                 peek,
             }
         }
         None => Planned {
-            before: Some(Box::new(|run: &S, key_name: S::Name| {
-                run.write(key_name)?.delete();
-                run.written(key_name);
-                Ok(())
-            })),
+            before: Some(Box::new(
+                |run: &S, token: &mut KeyToken, key_name: S::Name| {
+                    run.write(token, key_name).delete();
+                    run.written(key_name);
+                    Ok(())
+                },
+            )),
             after: Some(stamp_created::<S, B>(stamp)),
             migrated: true,
             peek: peek_in(mode, None::<(&B, _)>, params, now_ms, cost),
@@ -454,8 +473,8 @@ fn peek_in<B: Algorithm>(
 
 /// After the decision on a missing key: the state it created, stamped.
 fn stamp_created<'a, S: Store + 'a, B: Checked>(stamp: Stamp) -> Write<'a, S> {
-    Box::new(move |run: &S, key_name: S::Name| {
-        let mut key = run.write(key_name)?;
+    Box::new(move |run: &S, token: &mut KeyToken, key_name: S::Name| {
+        let mut key = run.write(token, key_name);
         if let Holds::This(_) = key.holds_form::<B>() {
             key.stamp::<B>(stamp, run.now_ms())?;
         }

@@ -7,7 +7,7 @@
 
 use super::super::ffi::key::OpenKey;
 use super::super::ffi::KeyName;
-use super::super::key::{Key, RawKey, Read, Write};
+use super::super::key::{Key, KeyToken, RawKey, Read, Write};
 use super::super::memory::refuses_growth;
 use super::super::replicate::Run;
 use super::super::types::Stored;
@@ -26,13 +26,21 @@ pub trait Store {
     fn now_ms(&self) -> i64;
     /// `ratelimit.expiry-slack` as the command runs it.
     fn expiry_slack_ms(&self) -> u32;
-    /// Opens `name` for reading. One key at a time: refused while a key
-    /// opened here is still open (see `Key::one_at_a_time`).
-    fn read(&self, name: Self::Name) -> Result<Key<'_, Read, Self::Raw<'_>>, CommandError>;
-    /// Opens `name` for reading and writing. One key at a time: refused
-    /// while a key opened here is still open, so a state is never lent
-    /// twice (see `Key::one_at_a_time`).
-    fn write(&self, name: Self::Name) -> Result<Key<'_, Write, Self::Raw<'_>>, CommandError>;
+    /// Opens `name` for reading. One key at a time: the key holds the
+    /// command's `token` while it is open (see [`KeyToken`]).
+    fn read<'k>(
+        &'k self,
+        token: &'k mut KeyToken,
+        name: Self::Name,
+    ) -> Key<'k, Read, Self::Raw<'k>>;
+    /// Opens `name` for reading and writing. One key at a time: the key
+    /// holds the command's `token` while it is open, so a state is never
+    /// lent twice (see [`KeyToken`]).
+    fn write<'k>(
+        &'k self,
+        token: &'k mut KeyToken,
+        name: Self::Name,
+    ) -> Key<'k, Write, Self::Raw<'k>>;
     /// Refuses a request that would take more memory when Redis would
     /// refuse a write of its own (see `super::super::memory`): Redis's own
     /// OOM error, as for a command flagged `deny-oom`. Replays are never
@@ -59,13 +67,21 @@ impl<'a> Store for Run<'a> {
     }
 
     #[inline]
-    fn read(&self, name: KeyName<'a>) -> Result<Key<'_, Read, OpenKey<'a>>, CommandError> {
-        Key::one_at_a_time(&self.key_open, || OpenKey::open(self.ctx, name, false))
+    fn read<'k>(
+        &'k self,
+        token: &'k mut KeyToken,
+        name: KeyName<'a>,
+    ) -> Key<'k, Read, OpenKey<'a>> {
+        Key::made_of(token, OpenKey::open(self.ctx, name, false))
     }
 
     #[inline]
-    fn write(&self, name: KeyName<'a>) -> Result<Key<'_, Write, OpenKey<'a>>, CommandError> {
-        Key::one_at_a_time(&self.key_open, || OpenKey::open(self.ctx, name, true))
+    fn write<'k>(
+        &'k self,
+        token: &'k mut KeyToken,
+        name: KeyName<'a>,
+    ) -> Key<'k, Write, OpenKey<'a>> {
+        Key::made_of(token, OpenKey::open(self.ctx, name, true))
     }
 
     fn out_of_memory(&self) -> Result<(), CommandError> {

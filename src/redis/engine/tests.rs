@@ -6,6 +6,7 @@
 
 use proptest::prelude::*;
 
+use super::super::key::KeyToken;
 use super::all::all;
 use super::check::apply_tier;
 use super::memory::Memory;
@@ -75,13 +76,13 @@ proptest! {
                 .zip(&parsed.tiers)
                 .map(|(&k, tier)| {
                     let alone = memory.only(k);
-                    let decision = apply_tier(&alone, k, tier, cost, Mode::Take, None, None)
+                    let decision = apply_tier(&alone, &mut KeyToken::in_memory(), k, tier, cost, Mode::Take, None, None)
                         .expect("a single check");
                     (decision, alone.seen(k))
                 })
                 .collect();
             memory.take_written();
-            let (combined, each) = all(&memory, &KEYS[..n], &parsed, Mode::Take).expect("RL.ALL");
+            let (combined, each) = all(&memory, &mut KeyToken::in_memory(), &KEYS[..n], &parsed, Mode::Take).expect("RL.ALL");
             let after = seen(&memory, n);
             prop_assert_eq!(combined.allowed, singles.iter().all(|(d, _)| d.allowed));
             if combined.allowed {
@@ -131,8 +132,8 @@ proptest! {
             let penalty_ms = with_penalty.then_some(P);
             let before = memory.seen(key);
             let alone = memory.only(key);
-            let plain = apply_tier(&alone, key, tier, cost, mode, None, None).expect("check");
-            let decision = apply_tier(&memory, key, tier, cost, mode, penalty_ms, None)
+            let plain = apply_tier(&alone, &mut KeyToken::in_memory(), key, tier, cost, mode, None, None).expect("check");
+            let decision = apply_tier(&memory, &mut KeyToken::in_memory(), key, tier, cost, mode, penalty_ms, None)
                 .expect("check");
             let after = memory.seen(key);
             let alone_after = alone.seen(key);
@@ -208,11 +209,11 @@ proptest! {
             let before = seen(&memory, n);
             // What the request does with memory free, on a copy.
             let free = memory.copy();
-            let unlimited = all(&free, &KEYS[..n], &parsed, Mode::Take).expect("RL.ALL");
+            let unlimited = all(&free, &mut KeyToken::in_memory(), &KEYS[..n], &parsed, Mode::Take).expect("RL.ALL");
             let with_free = seen(&free, n);
             let creates = before.iter().zip(&with_free).any(|(b, a)| b.is_none() && a.is_some());
             memory.set_full(full);
-            let result = all(&memory, &KEYS[..n], &parsed, Mode::Take);
+            let result = all(&memory, &mut KeyToken::in_memory(), &KEYS[..n], &parsed, Mode::Take);
             memory.set_full(false);
             match result {
                 Err(_) => {
@@ -255,16 +256,16 @@ proptest! {
             memory.set_now(now);
             let before = memory.seen(key);
             let free = memory.copy();
-            let unlimited = apply_tier(&free, key, tier, cost, Mode::Take, None, None)
+            let unlimited = apply_tier(&free, &mut KeyToken::in_memory(), key, tier, cost, Mode::Take, None, None)
                 .expect("a check with memory free");
             let with_free = free.seen(key);
             let mut as_all = parsed.clone();
             as_all.options.cost = cost;
             let one_tier = memory.copy();
             one_tier.set_full(full);
-            let all_of_one = all(&one_tier, &KEYS[..1], &as_all, Mode::Take);
+            let all_of_one = all(&one_tier, &mut KeyToken::in_memory(), &KEYS[..1], &as_all, Mode::Take);
             memory.set_full(full);
-            let result = apply_tier(&memory, key, tier, cost, Mode::Take, None, None);
+            let result = apply_tier(&memory, &mut KeyToken::in_memory(), key, tier, cost, Mode::Take, None, None);
             memory.set_full(false);
             match result {
                 Err(_) => {
@@ -283,37 +284,6 @@ proptest! {
     }
 }
 
-/// A key opened through a store (the server's, or these keys in memory)
-/// while another is still open is refused, the same name or another, to
-/// write or to read: one name opened twice would lend its state twice (two
-/// `&mut`). Once the first key is closed, keys open again.
-#[test]
-fn a_key_is_never_opened_while_another_is_open() {
-    use super::store::Store;
-    use crate::error::CommandError;
-    let memory = Memory::at(T0, 0);
-    let first = memory.write(KEYS[0]).expect("the first key opens");
-    for name in [KEYS[0], KEYS[1]] {
-        assert_eq!(
-            memory.write(name).err(),
-            Some(CommandError::key_open_twice()),
-            "{name} opened to write beside an open key"
-        );
-        assert_eq!(
-            memory.read(name).err(),
-            Some(CommandError::key_open_twice()),
-            "{name} opened to read beside an open key"
-        );
-    }
-    drop(first);
-    let read = memory
-        .read(KEYS[0])
-        .expect("opens once the first is closed");
-    assert!(memory.write(KEYS[0]).is_err(), "written beside a read key");
-    drop(read);
-    assert!(memory.write(KEYS[1]).is_ok());
-}
-
 /// `RL.ALL` takes from a tier as that tier's own check does, a key that
 /// has had a penalty included: after the penalty is over, both take from
 /// the state in place, and the key keeps its penalized form (the end of
@@ -328,8 +298,18 @@ fn rl_all_takes_from_a_key_that_had_a_penalty_as_its_own_check_does() {
     let parsed = parse::all(&words).expect("parses");
     let tier = &parsed.tiers[0];
     let memory = Memory::at(T0, 0);
-    let take =
-        |cost, penalty_ms| apply_tier(&memory, key, tier, cost, Mode::Take, penalty_ms, None);
+    let take = |cost, penalty_ms| {
+        apply_tier(
+            &memory,
+            &mut KeyToken::in_memory(),
+            key,
+            tier,
+            cost,
+            Mode::Take,
+            penalty_ms,
+            None,
+        )
+    };
     assert!(take(1, None).expect("check").allowed);
     assert!(
         !take(2, Some(100)).expect("check").allowed,
@@ -338,8 +318,25 @@ fn rl_all_takes_from_a_key_that_had_a_penalty_as_its_own_check_does() {
     // The penalty is over, the key not yet fresh (nor expired): 1.5 tokens.
     memory.set_now(T0 + 500);
     let alone = memory.only(key);
-    let single = apply_tier(&alone, key, tier, 1, Mode::Take, None, None).expect("check");
-    let (combined, _) = all(&memory, &KEYS[..1], &parsed, Mode::Take).expect("RL.ALL");
+    let single = apply_tier(
+        &alone,
+        &mut KeyToken::in_memory(),
+        key,
+        tier,
+        1,
+        Mode::Take,
+        None,
+        None,
+    )
+    .expect("check");
+    let (combined, _) = all(
+        &memory,
+        &mut KeyToken::in_memory(),
+        &KEYS[..1],
+        &parsed,
+        Mode::Take,
+    )
+    .expect("RL.ALL");
     assert!(single.allowed && combined.allowed);
     let after = memory.seen(key);
     assert_eq!(

@@ -16,6 +16,7 @@ use super::super::ffi::args::OwnedNames;
 use super::super::ffi::block::unblock;
 use super::super::ffi::cluster::redirect_for;
 use super::super::ffi::{now_ms, Ctx};
+use super::super::key::KeyToken;
 use super::super::outcome::tally;
 use super::super::replicate::Run;
 use super::super::request::Request;
@@ -76,7 +77,13 @@ impl Host<Parked> for Server<'_> {
         let parked = followed.as_ref().unwrap_or(&waiter.request);
         let (command, glue_at) = parked.request.replayed_as();
         let run = Run::woken(ctx, command, glue_at, &parked.words);
-        let decided = decide(&run, &parked.request, &keys, Mode::Take);
+        let decided = decide(
+            &run,
+            &mut KeyToken::of(ctx),
+            &parked.request,
+            &keys,
+            Mode::Take,
+        );
         run.propagate(None, parked.request.drawn_id());
         match decided {
             Ok(outcome) if outcome.decision().allowed => {
@@ -123,7 +130,7 @@ pub fn timed_out_answer(ctx: Ctx<'_>, waiter: &Waiter<Parked>) -> Answer {
     let request = &followed.as_ref().unwrap_or(&waiter.request).request;
     let (command, glue_at) = request.replayed_as();
     let run = Run::live(ctx, command, glue_at);
-    let outcome = decide(&run, request, &keys, Mode::Peek)?.denied(1);
+    let outcome = decide(&run, &mut KeyToken::of(ctx), request, &keys, Mode::Peek)?.denied(1);
     tally(ctx, request, &keys, &outcome);
     Ok(outcome)
 }
