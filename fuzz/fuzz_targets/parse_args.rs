@@ -27,7 +27,7 @@ use redis_ratelimit::algorithms::gcra::Gcra;
 use redis_ratelimit::algorithms::registry::Listed;
 use redis_ratelimit::algorithms::{Decision, Mode, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS};
 use redis_ratelimit::error::CommandError;
-use redis_ratelimit::parse::all::TierVisitor;
+use redis_ratelimit::parse::all::OnTier;
 use redis_ratelimit::parse::options::check_options;
 use redis_ratelimit::parse::syntax::MAX_OWN_OPTIONS;
 use redis_ratelimit::parse::{self, check_args, AllArgs, CheckOptions, Syntax};
@@ -248,9 +248,9 @@ struct Once {
     mode: Mode,
 }
 
-impl TierVisitor for Once {
+impl OnTier for Once {
     type Out = Decision;
-    fn tier<A: Listed>(self, params: A::Params) -> Decision {
+    fn on<A: Listed>(self, params: A::Params) -> Decision {
         check_once::<A>(params, self.now, self.cost, self.mode)
     }
 }

@@ -46,9 +46,14 @@ macro_rules! registry {
     };
 }
 
-/// Implements [`Registered`](super::Registered) for every line of the registry, and checks at
-/// compile time that tags and type names are unique and type names nine
-/// characters long (what Redis requires).
+/// Everything that needs one item per line of the registry, made here and
+/// nowhere else: the [`Registered`](super::Registered) impls (and
+/// [`Line`], the line's place), each algorithm's penalized type name, the
+/// [`Tier`] of `RL.ALL` with [`IntoTier`] for each algorithm's parameters,
+/// and the walks (over all, by tag, by name, over a tier). A compile-time
+/// check that tags and type names are unique and type names nine characters
+/// long (what Redis requires). Everything else that goes over the
+/// algorithms is generic code over [`Each`], [`EachState`] and [`OnTier`].
 macro_rules! registered {
     (
         algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
@@ -59,6 +64,9 @@ macro_rules! registered {
             const NAME: &'static str = $name;
             const TYPE_NAME: &'static str = $type_name;
         }
+        impl Line for super::$module::$ty {
+            const LINE: usize = line_of($tag);
+        }
         impl super::penalty::Penalizable for super::$module::$ty {
             const PENALIZED_TYPE_NAME: &'static str = {
                 const NAME: [u8; 9] = super::penalty::penalized_type_name($type_name);
@@ -67,19 +75,164 @@ macro_rules! registered {
                     Err(_) => panic!("a type name is ASCII"),
                 }
             };
+        }
+        impl IntoTier for <super::$module::$ty as super::Algorithm>::Params {
+            type Algorithm = super::$module::$ty;
+            #[inline]
+            fn into_tier(self) -> Tier {
+                Tier::$ty(self)
+            }
         })*
         $(impl super::Registered for super::$omodule::$oty {
             const TAG: u8 = $otag;
             const NAME: &'static str = $oname;
             const TYPE_NAME: &'static str = $otype_name;
+        }
+        impl Line for super::$omodule::$oty {
+            const LINE: usize = line_of($otag);
         })*
         const _: () = check(
             &[$($tag,)* $($otag,)*],
             &[$($type_name,)* $($otype_name,)*],
         );
+
+        /// One tier of `RL.ALL` (and of a policy, `RL.PEEK`, `RL.REFUND`, a
+        /// single check): an algorithm and its parameters.
+        #[derive(Debug, Clone, Copy, PartialEq)]
+        pub enum Tier {
+            $($ty(<super::$module::$ty as super::Algorithm>::Params),)*
+        }
+
+        impl Tier {
+            /// Calls `op` with the tier's algorithm and parameters: the one
+            /// dispatch on a tier.
+            #[inline]
+            pub fn visit<O: OnTier>(self, op: O) -> O::Out {
+                match self {
+                    $(Tier::$ty(params) => op.on::<super::$module::$ty>(params),)*
+                }
+            }
+        }
+
+        /// The algorithms' names, in registry order (their command is
+        /// `RL.<NAME>`, their word in `RL.ALL` is `<NAME>`).
+        pub const NAMES: &[&str] = &[$($name),*];
+        /// The algorithms' tags, in registry order.
+        pub const TAGS: &[u8] = &[$($tag),*];
+        /// The other states' tags, in registry order.
+        pub const OTHER_TAGS: &[u8] = &[$($otag),*];
+
+        /// `each` with every algorithm, in registry order.
+        pub fn each_algorithm<E: Each>(each: &mut E) -> Vec<E::Out> {
+            vec![$(each.algorithm::<super::$module::$ty>()),*]
+        }
+
+        /// `each` with every algorithm in registry order, until one answers.
+        #[inline]
+        pub fn find_algorithm<R, E: Each<Out = Option<R>>>(each: &mut E) -> Option<R> {
+            $(if let Some(found) = each.algorithm::<super::$module::$ty>() {
+                return Some(found);
+            })*
+            None
+        }
+
+        /// What [`EachState`] does besides [`Each`]: one method for each
+        /// other state of the registry (named by its module), which has
+        /// operations of its own, so code going over every stored type
+        /// says what it does with each.
+        pub trait EachState: Each {
+            $(#[doc = concat!("`", stringify!($oty), "`, the ", $oname, " state.")]
+            fn $omodule(&mut self) -> Self::Out;)*
+        }
+
+        /// `each` with every stored type: the algorithms, then the others.
+        pub fn each_state<E: EachState>(each: &mut E) -> Vec<E::Out> {
+            let mut out = each_algorithm(each);
+            $(out.push(each.$omodule());)*
+            out
+        }
+
+        /// `each` with every stored type, algorithms first, until one answers.
+        pub fn find_state<R, E: EachState<Out = Option<R>>>(each: &mut E) -> Option<R> {
+            if let Some(found) = find_algorithm(each) {
+                return Some(found);
+            }
+            $(if let Some(found) = each.$omodule() {
+                return Some(found);
+            })*
+            None
+        }
+
+        /// `each` with the stored type whose tag is `tag` (how a stored
+        /// state is dispatched); `None` for a tag no type has.
+        #[inline]
+        pub fn on_tag<E: EachState>(tag: u8, each: &mut E) -> Option<E::Out> {
+            match tag {
+                $($tag => Some(each.algorithm::<super::$module::$ty>()),)*
+                $($otag => Some(each.$omodule()),)*
+                _ => None,
+            }
+        }
+
+        /// `each` with the algorithm whose tag is `tag`; `None` for a tag no
+        /// algorithm has (the other states' included).
+        #[inline]
+        pub fn on_algorithm_tag<E: Each>(tag: u8, each: &mut E) -> Option<E::Out> {
+            match tag {
+                $($tag => Some(each.algorithm::<super::$module::$ty>()),)*
+                _ => None,
+            }
+        }
+
+        /// `each` with the algorithm named `name` (any case); `None` for a
+        /// name no algorithm has.
+        pub fn on_name<E: Each>(name: impl AsRef<[u8]>, each: &mut E) -> Option<E::Out> {
+            let name = name.as_ref();
+            $(if name.eq_ignore_ascii_case($name.as_bytes()) {
+                return Some(each.algorithm::<super::$module::$ty>());
+            })*
+            None
+        }
+
+        /// How many algorithms the registry has.
+        pub const ALGORITHMS: usize = TAGS.len();
+        /// Every tag, algorithms first, in registry order (see [`Line`]).
+        const ALL_TAGS: &[u8] = &[$($tag,)* $($otag,)*];
     };
 }
 crate::registry!(registered);
+
+/// A line of the registry: its place, counting from 0, algorithms first
+/// (an algorithm's is below [`ALGORITHMS`]), so that what the layers above
+/// keep one of per line (a Redis data type, a counter) can be an array
+/// indexed by it rather than an item per type.
+pub trait Line {
+    const LINE: usize;
+}
+
+/// The place of the line tagged `tag` (see [`Line`]).
+#[allow(clippy::indexing_slicing)]
+const fn line_of(tag: u8) -> usize {
+    let mut i = 0;
+    while ALL_TAGS[i] != tag {
+        i += 1;
+    }
+    i
+}
+
+/// Something done with one tier's algorithm and parameters, whichever the
+/// algorithm (see [`Tier::visit`]).
+pub trait OnTier {
+    type Out;
+    fn on<A: Listed>(self, params: A::Params) -> Self::Out;
+}
+
+/// The parameters of an algorithm of the registry: the algorithm they are
+/// for, and them as its tier.
+pub trait IntoTier: Copy + 'static {
+    type Algorithm: Listed<Params = Self>;
+    fn into_tier(self) -> Tier;
+}
 
 /// Fails the build when two lines share a tag or a type name, a tag is not
 /// below the penalty's (`penalty::PENALTY_TAG`), or a type name is not the
@@ -137,7 +290,8 @@ const fn same(a: &[u8], b: &[u8]) -> bool {
 /// What every algorithm of the registry is, so that code generic over them
 /// (tests, fuzz targets, the accuracy study, benches) can ask it of any.
 pub trait Listed:
-    super::Algorithm<Params: 'static>
+    super::Algorithm<Params: IntoTier>
+    + Line
     + super::penalty::Penalizable
     + PartialEq
     + std::fmt::Debug
@@ -146,7 +300,8 @@ pub trait Listed:
 }
 
 impl<A> Listed for A where
-    A: super::Algorithm<Params: 'static>
+    A: super::Algorithm<Params: IntoTier>
+        + Line
         + super::penalty::Penalizable
         + PartialEq
         + std::fmt::Debug
@@ -161,68 +316,6 @@ pub trait Each {
     type Out;
     fn algorithm<A: Listed>(&mut self) -> Self::Out;
 }
-
-/// [`Each`], for every stored type: the algorithms and the other states.
-pub trait EachState: Each {
-    fn other<S: super::State + std::fmt::Debug + 'static>(&mut self) -> Self::Out;
-}
-
-/// Writes the registry's lists and walks; see [`Each`].
-macro_rules! walks {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
-        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal $(, $omore:tt)*;)* }
-    ) => {
-        /// The algorithms' names, in registry order (their command is
-        /// `RL.<NAME>`, their word in `RL.ALL` is `<NAME>`).
-        pub const NAMES: &[&str] = &[$($name),*];
-        /// The algorithms' tags, in registry order.
-        pub const TAGS: &[u8] = &[$($tag),*];
-        /// The other states' tags, in registry order.
-        pub const OTHER_TAGS: &[u8] = &[$($otag),*];
-
-        /// `each` with every algorithm, in registry order.
-        pub fn each_algorithm<E: Each>(each: &mut E) -> Vec<E::Out> {
-            vec![$(each.algorithm::<super::$module::$ty>()),*]
-        }
-
-        /// `each` with every stored type: the algorithms, then the others.
-        pub fn each_state<E: EachState>(each: &mut E) -> Vec<E::Out> {
-            let mut out = each_algorithm(each);
-            $(out.push(each.other::<super::$omodule::$oty>());)*
-            out
-        }
-
-        /// `each` with the stored type whose tag is `tag` (how a stored
-        /// state is dispatched); `None` for a tag no type has.
-        pub fn on_tag<E: EachState>(tag: u8, each: &mut E) -> Option<E::Out> {
-            match tag {
-                $($tag => Some(each.algorithm::<super::$module::$ty>()),)*
-                $($otag => Some(each.other::<super::$omodule::$oty>()),)*
-                _ => None,
-            }
-        }
-
-        /// `each` with the algorithm whose tag is `tag`; `None` for a tag no
-        /// algorithm has (the other states' included).
-        pub fn on_algorithm_tag<E: Each>(tag: u8, each: &mut E) -> Option<E::Out> {
-            match tag {
-                $($tag => Some(each.algorithm::<super::$module::$ty>()),)*
-                _ => None,
-            }
-        }
-
-        /// `each` with the algorithm named `name` (any case); `None` for a
-        /// name no algorithm has.
-        pub fn on_name<E: Each>(name: &str, each: &mut E) -> Option<E::Out> {
-            $(if name.eq_ignore_ascii_case($name) {
-                return Some(each.algorithm::<super::$module::$ty>());
-            })*
-            None
-        }
-    };
-}
-crate::registry!(walks);
 
 #[cfg(test)]
 mod tests {
@@ -289,8 +382,8 @@ mod tests {
     }
 
     impl EachState for Name {
-        fn other<S: super::super::State + std::fmt::Debug + 'static>(&mut self) -> &'static str {
-            S::NAME
+        fn concurrency(&mut self) -> &'static str {
+            <super::super::concurrency::Leases as super::super::Registered>::NAME
         }
     }
 }
