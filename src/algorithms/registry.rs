@@ -121,6 +121,8 @@ macro_rules! registered {
         pub const TAGS: &[u8] = &[$($tag),*];
         /// The other states' tags, in registry order.
         pub const OTHER_TAGS: &[u8] = &[$($otag),*];
+        /// The other states' names, in registry order.
+        pub const OTHER_NAMES: &[&str] = &[$($oname),*];
 
         /// `each` with every algorithm, in registry order.
         pub fn each_algorithm<E: Each>(each: &mut E) -> Vec<E::Out> {
@@ -196,6 +198,8 @@ macro_rules! registered {
 
         /// How many algorithms the registry has.
         pub const ALGORITHMS: usize = TAGS.len();
+        /// How many lines the registry has: algorithms and other states.
+        pub const LINES: usize = ALL_TAGS.len();
         /// Every tag, algorithms first, in registry order (see [`Line`]).
         const ALL_TAGS: &[u8] = &[$($tag,)* $($otag,)*];
     };
@@ -374,7 +378,7 @@ mod tests {
     fn the_walks_go_over_the_registry_in_its_order() {
         assert_eq!(each_algorithm(&mut Name), NAMES);
         for (name, tag) in NAMES.iter().zip(TAGS) {
-            assert_eq!(on_name(&name.to_ascii_uppercase(), &mut Name), Some(*name));
+            assert_eq!(on_name(name.to_ascii_uppercase(), &mut Name), Some(*name));
             assert_eq!(on_tag(*tag, &mut Name), Some(*name));
         }
         assert_eq!(on_name("bogus", &mut Name), None);

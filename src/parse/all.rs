@@ -15,21 +15,21 @@ pub use crate::algorithms::registry::{IntoTier, OnTier, Tier, NAMES as ALGORITHM
 
 /// The spec whose algorithm `word` names, its parameters read from `rest`;
 /// `None` when `word` names no algorithm.
-fn tier<'a>(
-    word: &[u8],
-    rest: &'a [&'a [u8]],
-) -> Option<Result<(Tier, &'a [&'a [u8]]), CommandError>> {
-    registry::on_name(word, &mut Spec { word, rest })
+fn tier<'a>(word: &[u8], rest: &'a [&'a [u8]]) -> Option<Spec<'a>> {
+    registry::on_name(word, &mut SpecOf { word, rest })
 }
 
+/// A spec read: its tier, and the words after it.
+type Spec<'a> = Result<(Tier, &'a [&'a [u8]]), CommandError>;
+
 /// [`tier`], for the algorithm its word names.
-struct Spec<'w, 'a> {
+struct SpecOf<'w, 'a> {
     word: &'w [u8],
     rest: &'a [&'a [u8]],
 }
 
-impl<'a> Each for Spec<'_, 'a> {
-    type Out = Result<(Tier, &'a [&'a [u8]]), CommandError>;
+impl<'a> Each for SpecOf<'_, 'a> {
+    type Out = Spec<'a>;
     fn algorithm<A: Listed>(&mut self) -> Self::Out {
         spec::<A::Params>(self.word, self.rest).map(|(params, rest)| (params.into_tier(), rest))
     }
