@@ -22,9 +22,9 @@
 use std::any::TypeId;
 
 use libfuzzer_sys::arbitrary::Unstructured;
-use redis_ratelimit::algorithms::registry::{self, Each, Listed};
+use redis_ratelimit::algorithms::registry::{self, Each, EachState, Listed};
 use redis_ratelimit::algorithms::{
-    Decision, Field, Mode, Registered, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS,
+    Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS,
 };
 use redis_ratelimit::encoding::Horizon;
 use redis_ratelimit::error::CommandError;
@@ -49,7 +49,9 @@ pub trait Other: State + std::fmt::Debug {
     fn check_storable(&self, what: &str) -> Vec<u8>;
 }
 
-/// What to do with the stored type a tag (or a name) picks.
+/// What to do with the stored type a tag picks, taking its inputs by value:
+/// a view of the registry's one dispatch (`registry::Each` and
+/// `registry::EachState`, see [`on_tag`]) with the targets' bounds.
 pub trait Visitor {
     type Out;
     fn algorithm<A: Fuzzed>(self) -> Self::Out;
@@ -63,13 +65,6 @@ pub const OTHER_TAGS: &[u8] = registry::OTHER_TAGS;
 /// The algorithms' names (their command is `RL.<NAME>`).
 pub const ALGORITHM_NAMES: &[&str] = registry::NAMES;
 
-// The registry's other states, each driven by its own `Other` impl: one so
-// far, the concurrency limiter's leases (see `on_tag`).
-const _: () = assert!(
-    OTHER_TAGS.len() == 1,
-    "a new other state of the registry needs its `Other` impl called in `on_tag`"
-);
-
 /// A [`Visitor`], used once, on the registry's walk.
 struct Once<V>(Option<V>);
 
@@ -80,14 +75,19 @@ impl<V: Visitor> Each for Once<V> {
     }
 }
 
+/// The registry's other states, each driven by its own [`Other`] impl: a
+/// new one is a missing method here.
+impl<V: Visitor> EachState for Once<V> {
+    fn concurrency(&mut self) -> Option<V::Out> {
+        use redis_ratelimit::algorithms::concurrency::Leases;
+        self.0.take().map(|visitor| visitor.other::<Leases>())
+    }
+}
+
 /// Calls `visitor` with the stored type whose tag is `tag`, the way the
 /// Redis layer dispatches a stored state; `None` for a tag no type has.
 pub fn on_tag<V: Visitor>(tag: u8, visitor: V) -> Option<V::Out> {
-    use redis_ratelimit::algorithms::concurrency::Leases;
-    if tag == <Leases as Registered>::TAG {
-        return Some(visitor.other::<Leases>());
-    }
-    registry::on_algorithm_tag(tag, &mut Once(Some(visitor))).flatten()
+    registry::on_tag(tag, &mut Once(Some(visitor))).flatten()
 }
 
 /// Whether `tag` is one of the registry's.
