@@ -22,7 +22,7 @@
 use std::any::TypeId;
 
 use libfuzzer_sys::arbitrary::Unstructured;
-use redis_ratelimit::algorithms::registry::{self, Each, EachState, Listed};
+use redis_ratelimit::algorithms::registry::{self, Listed};
 use redis_ratelimit::algorithms::{
     Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS,
 };
@@ -49,46 +49,12 @@ pub trait Other: State + std::fmt::Debug {
     fn check_storable(&self, what: &str) -> Vec<u8>;
 }
 
-/// What to do with the stored type a tag picks, taking its inputs by value:
-/// a view of the registry's one dispatch (`registry::Each` and
-/// `registry::EachState`, see [`on_tag`]) with the targets' bounds.
-pub trait Visitor {
-    type Out;
-    fn algorithm<A: Fuzzed>(self) -> Self::Out;
-    fn other<S: Other>(self) -> Self::Out;
-}
-
 /// The algorithms' tags, in registry order.
 pub const ALGORITHM_TAGS: &[u8] = registry::TAGS;
 /// The other states' tags, in registry order.
 pub const OTHER_TAGS: &[u8] = registry::OTHER_TAGS;
 /// The algorithms' names (their command is `RL.<NAME>`).
 pub const ALGORITHM_NAMES: &[&str] = registry::NAMES;
-
-/// A [`Visitor`], used once, on the registry's walk.
-struct Once<V>(Option<V>);
-
-impl<V: Visitor> Each for Once<V> {
-    type Out = Option<V::Out>;
-    fn algorithm<A: Listed>(&mut self) -> Option<V::Out> {
-        self.0.take().map(|visitor| visitor.algorithm::<A>())
-    }
-}
-
-/// The registry's other states, each driven by its own [`Other`] impl: a
-/// new one is a missing method here.
-impl<V: Visitor> EachState for Once<V> {
-    fn concurrency(&mut self) -> Option<V::Out> {
-        use redis_ratelimit::algorithms::concurrency::Leases;
-        self.0.take().map(|visitor| visitor.other::<Leases>())
-    }
-}
-
-/// Calls `visitor` with the stored type whose tag is `tag`, the way the
-/// Redis layer dispatches a stored state; `None` for a tag no type has.
-pub fn on_tag<V: Visitor>(tag: u8, visitor: V) -> Option<V::Out> {
-    registry::on_tag(tag, &mut Once(Some(visitor))).flatten()
-}
 
 /// Whether `tag` is one of the registry's.
 pub fn registered(tag: u8) -> bool {
