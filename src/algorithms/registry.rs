@@ -10,20 +10,31 @@
 //!   `algorithm name`, `INFO ratelimit` counts `ratelimit_name_allowed`/`_denied`;
 //! - `type_name`, the Redis data type's name (exactly nine characters).
 //!
-//! A column added at the end of every line (`, column`, one token tree:
-//! wrap anything longer in parentheses) is an edit here and in the macros
-//! that use it only: every macro's line pattern ends with `$(, $more:tt)*`,
-//! which takes the columns it does not name and ignores them.
+//! The list is read by two macros only, both of which make what Rust needs
+//! one item of per line: `registered` below (the `Registered` impls, each
+//! line's place, the penalized type names, the [`Tier`] of `RL.ALL` and
+//! the walks) and, in the Redis layer, the data types' static array
+//! (`redis::ffi::types`). A column added at the end of every line (`, column`,
+//! one token tree: wrap anything longer in parentheses) is an edit here and
+//! in whichever of the two uses it: their line patterns end with
+//! `$(, $more:tt)*`, which takes the columns they do not name and ignores
+//! them.
 //!
-//! Everything that lists algorithms is made from this list: what makes
-//! items (the command table and its documentation, the data types, `RL.ALL`'s
-//! tiers, the counters) through [`registry!`](crate::registry); everything else (tests, fuzz
-//! targets and their seeds, the accuracy study, benches and `make bench`)
-//! through the walk below, [`Each`] with [`each_algorithm`], [`on_tag`] or
-//! [`on_name`], and [`Algorithm::limit_of`](super::Algorithm::limit_of) for
-//! parameters. Adding an algorithm is its file in this folder (the state,
-//! its `Algorithm` and its `Syntax`, with the command's documentation) and
-//! one line here.
+//! Everything else that goes over the algorithms is generic code over one
+//! dispatch: [`Each`] (with [`EachState`] for the other states, one method
+//! each) through the walks [`each_algorithm`], [`each_state`],
+//! [`find_algorithm`], [`find_state`], [`on_tag`], [`on_algorithm_tag`] and
+//! [`on_name`]; and [`OnTier`] through [`Tier::visit`], for a tier's
+//! algorithm with its parameters. Every algorithm of the list is a
+//! [`Listed`] type, and the layers above implement what they need of it
+//! generically for every `Listed` type (its Redis data type, its counter,
+//! its check command), so that an algorithm needs no item of its own
+//! anywhere else: the command table, the counters, `RL.ALL`, the tests,
+//! fuzz targets and their seeds, the accuracy study, benches and `make
+//! bench` all follow the list, with [`Algorithm::limit_of`](super::Algorithm::limit_of)
+//! for parameters. Adding an algorithm is its file in this folder (the
+//! state, its `Algorithm` and its `Syntax`, with the command's
+//! documentation) and one line here.
 
 /// Calls the macro `$then` with the registry: `algorithms { lines }` then
 /// `others { lines }`, each line as described in the module documentation.
@@ -314,8 +325,8 @@ impl<A> Listed for A where
 }
 
 /// Something to do with an algorithm of the registry, whichever it is: the
-/// one way to go over the registry from code that does not make items (a
-/// table, an enum, an `impl`), which would need [`registry!`](crate::registry) itself.
+/// one way to go over the registry (see the walks); [`EachState`] adds the
+/// other states, [`OnTier`] is the same for a tier, with its parameters.
 pub trait Each {
     type Out;
     fn algorithm<A: Listed>(&mut self) -> Self::Out;
