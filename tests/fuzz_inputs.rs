@@ -13,6 +13,7 @@ use std::path::PathBuf;
 #[path = "../examples/fuzz_seeds.rs"]
 mod fuzz_seeds;
 
+use redis_ratelimit::algorithms::concurrency::Leases;
 use redis_ratelimit::algorithms::penalty::Penalized;
 use redis_ratelimit::algorithms::registry::{each_state, Each, EachState, Listed};
 use redis_ratelimit::algorithms::State;
@@ -59,12 +60,16 @@ impl Each for Read {
 }
 
 impl EachState for Read {
-    fn other<S: State + std::fmt::Debug + 'static>(&mut self) -> Self::Out {
-        let stored = Stored {
-            name: S::NAME.to_string(),
-            decodes: decodes::<S>,
-        };
-        (stored, None, None)
+    fn concurrency(&mut self) -> Self::Out {
+        (other::<Leases>(), None, None)
+    }
+}
+
+/// A stored type that is not an algorithm.
+fn other<S: State>() -> Stored {
+    Stored {
+        name: S::NAME.to_string(),
+        decodes: decodes::<S>,
     }
 }
 

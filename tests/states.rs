@@ -18,6 +18,7 @@ use std::time::Duration;
 use common::*;
 use redis_ratelimit::algorithms::concurrency::{LeaseParams, Leases, MAX_SWEPT};
 use redis_ratelimit::algorithms::penalty::{Penalizable, Penalized, Stamp};
+use redis_ratelimit::algorithms::registry::{each_algorithm, Each, Listed};
 use redis_ratelimit::algorithms::token_bucket::{TokenBucket, TokenBucketParams};
 use redis_ratelimit::algorithms::{Algorithm, Mode, State, MAX_AMOUNT, MAX_TIMESTAMP_MS};
 use redis_ratelimit::encoding::MAX_AHEAD_MS;
@@ -445,19 +446,20 @@ fn words_of<P: Syntax>(rng: &mut Rng) -> Vec<String> {
     random_params::<P>(rng).1
 }
 
-macro_rules! generators {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
-        others { $($others:tt)* }
-    ) => {
-        const ALGORITHMS: &[(&str, RandomState, RandomWords)] = &[$((
-            $name,
-            random_state::<redis_ratelimit::algorithms::$module::$ty>,
-            words_of::<<redis_ratelimit::algorithms::$module::$ty as Algorithm>::Params>,
-        ),)*];
-    };
+/// [`algorithms`], for one algorithm.
+struct Generators;
+
+impl Each for Generators {
+    type Out = (&'static str, RandomState, RandomWords);
+    fn algorithm<A: Listed>(&mut self) -> Self::Out {
+        (A::NAME, random_state::<A>, words_of::<A::Params>)
+    }
 }
-redis_ratelimit::registry!(generators);
+
+/// Each algorithm of the registry's generators, in registry order.
+fn algorithms() -> Vec<(&'static str, RandomState, RandomWords)> {
+    each_algorithm(&mut Generators)
+}
 
 /// The property: whatever `RL.SETSTATE` a primary accepts (random states,
 /// reached by requests or mutated, stamped from an hour ago to past the
@@ -468,13 +470,14 @@ redis_ratelimit::registry!(generators);
 #[test]
 fn every_state_the_primary_takes_its_replica_and_aof_hold_the_same() {
     let mut rng = Rng::seeded();
+    let algorithms = algorithms();
     let mut pair = Pair::start();
     let mut p = pair.primary.connect();
     let now = server_time_ms(&mut p);
     let (mut taken, mut refused) = (0, 0);
     let mut reasons = std::collections::BTreeMap::new();
     for i in 0..400 {
-        let (name, state_of, words_of) = rng.pick(ALGORITHMS);
+        let (name, state_of, words_of) = rng.pick(&algorithms);
         // Keys of one algorithm each (a few of another's, WRONGTYPE).
         let leases = rng.one_in(8);
         let owner = if rng.one_in(20) {

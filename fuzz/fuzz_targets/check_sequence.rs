@@ -20,12 +20,13 @@
 mod common;
 
 use common::{
-    advance, arbitrary_params, check_decision, check_storable, cost, encode, nth_tag, on_tag,
-    profile, registered, split_state, step_ms, time_ms, Fuzzed, Other, Visitor, ALGORITHM_TAGS,
-    OTHER_TAGS,
+    advance, arbitrary_params, check_decision, check_storable, cost, encode, nth_tag, profile,
+    registered, split_state, step_ms, time_ms, Fuzzed, Other, ALGORITHM_TAGS, OTHER_TAGS,
 };
 use libfuzzer_sys::arbitrary::Unstructured;
 use libfuzzer_sys::fuzz_target;
+use redis_ratelimit::algorithms::concurrency::Leases;
+use redis_ratelimit::algorithms::registry::{self, Each, EachState, Listed};
 use redis_ratelimit::algorithms::{Mode, MAX_TIMESTAMP_MS};
 use redis_ratelimit::encoding::Horizon;
 
@@ -41,7 +42,7 @@ fuzz_target!(|data: &[u8]| {
         Some(&tag) if registered(tag) => (tag, state),
         _ => (picked, &[][..]),
     };
-    on_tag(tag, Sequence { state, u });
+    registry::on_tag(tag, &mut Sequence { state, u });
 });
 
 /// A key's starting value (bytes that may not decode: then no key), and
@@ -51,13 +52,27 @@ struct Sequence<'a> {
     u: Unstructured<'a>,
 }
 
-impl Visitor for Sequence<'_> {
+impl Each for Sequence<'_> {
     type Out = ();
-    fn algorithm<A: Fuzzed>(self) {
-        run::<A>(self.state, self.u);
+    fn algorithm<A: Listed>(&mut self) {
+        run::<A>(self.state, self.take_u());
     }
-    fn other<S: Other>(self) {
-        S::run(S::decode(self.state, Horizon::NONE).ok(), self.u);
+}
+
+impl EachState for Sequence<'_> {
+    fn concurrency(&mut self) {
+        self.other::<Leases>()
+    }
+}
+
+impl Sequence<'_> {
+    /// The driving bytes, for the one dispatch that uses them.
+    fn take_u(&mut self) -> Unstructured<'_> {
+        std::mem::replace(&mut self.u, Unstructured::new(&[]))
+    }
+
+    fn other<S: Other>(&mut self) {
+        S::run(S::decode(self.state, Horizon::NONE).ok(), self.take_u());
     }
 }
 

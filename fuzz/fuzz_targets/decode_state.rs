@@ -14,12 +14,13 @@
 mod common;
 
 use common::{
-    advance, check_decision, check_storable, cost, encode, on_tag, profile, split_state, step_ms,
-    Fuzzed, Other, Visitor,
+    advance, check_decision, check_storable, cost, encode, profile, split_state, step_ms, Other,
 };
 use libfuzzer_sys::arbitrary::Unstructured;
 use libfuzzer_sys::fuzz_target;
+use redis_ratelimit::algorithms::concurrency::Leases;
 use redis_ratelimit::algorithms::penalty::{self, Penalized, PENALTY_TAG, STAMPED_TAG};
+use redis_ratelimit::algorithms::registry::{self, Each, EachState, Listed};
 use redis_ratelimit::algorithms::{Mode, State, MAX_TIMESTAMP_MS};
 use redis_ratelimit::encoding::Horizon;
 
@@ -28,10 +29,10 @@ fuzz_target!(|data: &[u8]| {
     match *state {
         // A penalized state: the algorithm's tag follows the penalty's.
         [PENALTY_TAG | STAMPED_TAG, tag, ..] => {
-            on_tag(tag, DecodedPenalized { state, rest });
+            registry::on_tag(tag, &mut DecodedPenalized { state, rest });
         }
         [tag, ..] => {
-            on_tag(tag, Decoded { state, rest });
+            registry::on_tag(tag, &mut Decoded { state, rest });
         }
         [] => {}
     }
@@ -43,10 +44,10 @@ struct Decoded<'a> {
     rest: &'a [u8],
 }
 
-impl Visitor for Decoded<'_> {
+impl Each for Decoded<'_> {
     type Out = ();
 
-    fn algorithm<A: Fuzzed>(self) {
+    fn algorithm<A: Listed>(&mut self) {
         let Ok(decoded) = A::decode(self.state, Horizon::NONE) else {
             return;
         };
@@ -83,8 +84,16 @@ impl Visitor for Decoded<'_> {
             }
         }
     }
+}
 
-    fn other<S: Other>(self) {
+impl EachState for Decoded<'_> {
+    fn concurrency(&mut self) {
+        self.other::<Leases>()
+    }
+}
+
+impl Decoded<'_> {
+    fn other<S: Other>(&mut self) {
         if let Ok(decoded) = S::decode(self.state, Horizon::NONE) {
             // The lease set reads its leases in any order (versions before
             // the indexed set wrote them in the order taken, and their RDB
@@ -106,14 +115,14 @@ struct DecodedPenalized<'a> {
     rest: &'a [u8],
 }
 
-impl Visitor for DecodedPenalized<'_> {
+impl Each for DecodedPenalized<'_> {
     type Out = ();
 
     /// As for a plain state, through the penalty's own check: while the
     /// penalty lasts every request is denied, nothing taken, the wait at
     /// least what is left of it (or never); a denial given a penalty starts
     /// one only outside a penalty.
-    fn algorithm<A: Fuzzed>(self) {
+    fn algorithm<A: Listed>(&mut self) {
         let Ok(decoded) = Penalized::<A>::decode(self.state, Horizon::NONE) else {
             return;
         };
@@ -189,8 +198,16 @@ impl Visitor for DecodedPenalized<'_> {
             }
         }
     }
+}
 
-    fn other<S: Other>(self) {
+impl EachState for DecodedPenalized<'_> {
+    fn concurrency(&mut self) {
+        self.other::<Leases>()
+    }
+}
+
+impl DecodedPenalized<'_> {
+    fn other<S: Other>(&mut self) {
         // Only algorithms carry penalties: nothing else decodes.
         assert!(
             redis_ratelimit::algorithms::concurrency::Leases::decode(self.state, Horizon::NONE)

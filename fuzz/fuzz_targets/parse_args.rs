@@ -18,16 +18,16 @@ mod common;
 use std::sync::OnceLock;
 
 use common::{
-    check_decision, check_error, check_params_are_the_words, check_storable, on_tag, profile,
-    Fuzzed, Other, Visitor, ALGORITHM_NAMES, ALGORITHM_TAGS,
+    check_decision, check_error, check_params_are_the_words, check_storable, profile, Fuzzed,
+    Other, ALGORITHM_NAMES, ALGORITHM_TAGS,
 };
 use libfuzzer_sys::fuzz_target;
 use redis_ratelimit::algorithms::concurrency::{Leases, MAX_ID_BYTES};
 use redis_ratelimit::algorithms::gcra::Gcra;
-use redis_ratelimit::algorithms::registry::Listed;
+use redis_ratelimit::algorithms::registry::{self, Each, EachState, Listed};
 use redis_ratelimit::algorithms::{Decision, Mode, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS};
 use redis_ratelimit::error::CommandError;
-use redis_ratelimit::parse::all::TierVisitor;
+use redis_ratelimit::parse::all::OnTier;
 use redis_ratelimit::parse::options::check_options;
 use redis_ratelimit::parse::syntax::MAX_OWN_OPTIONS;
 use redis_ratelimit::parse::{self, check_args, AllArgs, CheckOptions, Syntax};
@@ -61,7 +61,7 @@ fn parsers() -> &'static [(String, Parser)] {
         parsers.push(("cl.throttle".into(), Parser::ClThrottle));
         parsers.push(("options".into(), Parser::Options));
         for (name, &tag) in ALGORITHM_NAMES.iter().zip(ALGORITHM_TAGS) {
-            if on_tag(tag, HasOwnOptions) == Some(true) {
+            if registry::on_tag(tag, &mut HasOwnOptions) == Some(true) {
                 parsers.push((format!("options-{name}"), Parser::OwnOptions(tag)));
             }
         }
@@ -88,10 +88,10 @@ fuzz_target!(|data: &[u8]| {
     };
     match parsers[which].1 {
         Parser::Check(tag) => {
-            on_tag(tag, CheckCommand { args });
+            registry::on_tag(tag, &mut CheckCommand { args });
         }
         Parser::OwnOptions(tag) => {
-            on_tag(tag, OwnOptions { args });
+            registry::on_tag(tag, &mut OwnOptions { args });
         }
         Parser::ClThrottle => checked(redis_cell::cl_throttle(args).map(|a| (a, ())), |a, ()| {
             let p = a.params;
@@ -140,12 +140,21 @@ fuzz_target!(|data: &[u8]| {
 /// Whether the algorithm has options of its own.
 struct HasOwnOptions;
 
-impl Visitor for HasOwnOptions {
+impl Each for HasOwnOptions {
     type Out = bool;
-    fn algorithm<A: Fuzzed>(self) -> bool {
+    fn algorithm<A: Listed>(&mut self) -> bool {
         !A::Params::OPTIONS.is_empty()
     }
-    fn other<S: Other>(self) -> bool {
+}
+
+impl EachState for HasOwnOptions {
+    fn concurrency(&mut self) -> bool {
+        self.other::<Leases>()
+    }
+}
+
+impl HasOwnOptions {
+    fn other<S: Other>(&mut self) -> bool {
         false
     }
 }
@@ -155,15 +164,24 @@ struct CheckCommand<'a> {
     args: &'a [&'a [u8]],
 }
 
-impl Visitor for CheckCommand<'_> {
+impl Each for CheckCommand<'_> {
     type Out = ();
-    fn algorithm<A: Fuzzed>(self) {
+    fn algorithm<A: Listed>(&mut self) {
         checked(check_args::<A::Params>(self.args), |p, o| {
             check_params_are_the_words::<A>(p, self.args);
             check_fresh::<A>(p, o);
         });
     }
-    fn other<S: Other>(self) {}
+}
+
+impl EachState for CheckCommand<'_> {
+    fn concurrency(&mut self) {
+        self.other::<Leases>()
+    }
+}
+
+impl CheckCommand<'_> {
+    fn other<S: Other>(&mut self) {}
 }
 
 /// The options after an algorithm's parameters, its own among them.
@@ -171,9 +189,9 @@ struct OwnOptions<'a> {
     args: &'a [&'a [u8]],
 }
 
-impl Visitor for OwnOptions<'_> {
+impl Each for OwnOptions<'_> {
     type Out = ();
-    fn algorithm<A: Fuzzed>(self) {
+    fn algorithm<A: Listed>(&mut self) {
         let mut own = [None; MAX_OWN_OPTIONS];
         let parsed = check_options(self.args, A::Params::OPTIONS, &mut own);
         checked(parsed.map(|o| (o, ())), |o, ()| {
@@ -200,7 +218,16 @@ impl Visitor for OwnOptions<'_> {
             check_fresh::<A>(base.with_options(&own), o);
         });
     }
-    fn other<S: Other>(self) {}
+}
+
+impl EachState for OwnOptions<'_> {
+    fn concurrency(&mut self) {
+        self.other::<Leases>()
+    }
+}
+
+impl OwnOptions<'_> {
+    fn other<S: Other>(&mut self) {}
 }
 
 /// Runs `accepted` on what was parsed, or checks the error's text.
@@ -248,9 +275,9 @@ struct Once {
     mode: Mode,
 }
 
-impl TierVisitor for Once {
+impl OnTier for Once {
     type Out = Decision;
-    fn tier<A: Listed>(self, params: A::Params) -> Decision {
+    fn on<A: Listed>(self, params: A::Params) -> Decision {
         check_once::<A>(params, self.now, self.cost, self.mode)
     }
 }

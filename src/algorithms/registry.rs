@@ -10,20 +10,31 @@
 //!   `algorithm name`, `INFO ratelimit` counts `ratelimit_name_allowed`/`_denied`;
 //! - `type_name`, the Redis data type's name (exactly nine characters).
 //!
-//! A column added at the end of every line (`, column`, one token tree:
-//! wrap anything longer in parentheses) is an edit here and in the macros
-//! that use it only: every macro's line pattern ends with `$(, $more:tt)*`,
-//! which takes the columns it does not name and ignores them.
+//! The list is read by two macros only, both of which make what Rust needs
+//! one item of per line: `registered` below (the `Registered` impls, each
+//! line's place, the penalized type names, the [`Tier`] of `RL.ALL` and
+//! the walks) and, in the Redis layer, the data types' static array
+//! (`redis::ffi::types`). A column added at the end of every line (`, column`,
+//! one token tree: wrap anything longer in parentheses) is an edit here and
+//! in whichever of the two uses it: their line patterns end with
+//! `$(, $more:tt)*`, which takes the columns they do not name and ignores
+//! them.
 //!
-//! Everything that lists algorithms is made from this list: what makes
-//! items (the command table and its documentation, the data types, `RL.ALL`'s
-//! tiers, the counters) through [`registry!`](crate::registry); everything else (tests, fuzz
-//! targets and their seeds, the accuracy study, benches and `make bench`)
-//! through the walk below, [`Each`] with [`each_algorithm`], [`on_tag`] or
-//! [`on_name`], and [`Algorithm::limit_of`](super::Algorithm::limit_of) for
-//! parameters. Adding an algorithm is its file in this folder (the state,
-//! its `Algorithm` and its `Syntax`, with the command's documentation) and
-//! one line here.
+//! Everything else that goes over the algorithms is generic code over one
+//! dispatch: [`Each`] (with [`EachState`] for the other states, one method
+//! each) through the walks [`each_algorithm`], [`each_state`],
+//! [`find_algorithm`], [`find_state`], [`on_tag`], [`on_algorithm_tag`] and
+//! [`on_name`]; and [`OnTier`] through [`Tier::visit`], for a tier's
+//! algorithm with its parameters. Every algorithm of the list is a
+//! [`Listed`] type, and the layers above implement what they need of it
+//! generically for every `Listed` type (its Redis data type, its counter,
+//! its check command), so that an algorithm needs no item of its own
+//! anywhere else: the command table, the counters, `RL.ALL`, the tests,
+//! fuzz targets and their seeds, the accuracy study, benches and `make
+//! bench` all follow the list, with [`Algorithm::limit_of`](super::Algorithm::limit_of)
+//! for parameters. Adding an algorithm is its file in this folder (the
+//! state, its `Algorithm` and its `Syntax`, with the command's
+//! documentation) and one line here.
 
 /// Calls the macro `$then` with the registry: `algorithms { lines }` then
 /// `others { lines }`, each line as described in the module documentation.
@@ -46,9 +57,14 @@ macro_rules! registry {
     };
 }
 
-/// Implements [`Registered`](super::Registered) for every line of the registry, and checks at
-/// compile time that tags and type names are unique and type names nine
-/// characters long (what Redis requires).
+/// Everything that needs one item per line of the registry, made here and
+/// nowhere else: the [`Registered`](super::Registered) impls (and
+/// [`Line`], the line's place), each algorithm's penalized type name, the
+/// [`Tier`] of `RL.ALL` with [`IntoTier`] for each algorithm's parameters,
+/// and the walks (over all, by tag, by name, over a tier). A compile-time
+/// check that tags and type names are unique and type names nine characters
+/// long (what Redis requires). Everything else that goes over the
+/// algorithms is generic code over [`Each`], [`EachState`] and [`OnTier`].
 macro_rules! registered {
     (
         algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
@@ -59,6 +75,9 @@ macro_rules! registered {
             const NAME: &'static str = $name;
             const TYPE_NAME: &'static str = $type_name;
         }
+        impl Line for super::$module::$ty {
+            const LINE: usize = line_of($tag);
+        }
         impl super::penalty::Penalizable for super::$module::$ty {
             const PENALIZED_TYPE_NAME: &'static str = {
                 const NAME: [u8; 9] = super::penalty::penalized_type_name($type_name);
@@ -67,19 +86,168 @@ macro_rules! registered {
                     Err(_) => panic!("a type name is ASCII"),
                 }
             };
+        }
+        impl IntoTier for <super::$module::$ty as super::Algorithm>::Params {
+            type Algorithm = super::$module::$ty;
+            #[inline]
+            fn into_tier(self) -> Tier {
+                Tier::$ty(self)
+            }
         })*
         $(impl super::Registered for super::$omodule::$oty {
             const TAG: u8 = $otag;
             const NAME: &'static str = $oname;
             const TYPE_NAME: &'static str = $otype_name;
+        }
+        impl Line for super::$omodule::$oty {
+            const LINE: usize = line_of($otag);
         })*
         const _: () = check(
             &[$($tag,)* $($otag,)*],
             &[$($type_name,)* $($otype_name,)*],
         );
+
+        /// One tier of `RL.ALL` (and of a policy, `RL.PEEK`, `RL.REFUND`, a
+        /// single check): an algorithm and its parameters.
+        #[derive(Debug, Clone, Copy, PartialEq)]
+        pub enum Tier {
+            $($ty(<super::$module::$ty as super::Algorithm>::Params),)*
+        }
+
+        impl Tier {
+            /// Calls `op` with the tier's algorithm and parameters: the one
+            /// dispatch on a tier.
+            #[inline]
+            pub fn visit<O: OnTier>(self, op: O) -> O::Out {
+                match self {
+                    $(Tier::$ty(params) => op.on::<super::$module::$ty>(params),)*
+                }
+            }
+        }
+
+        /// The algorithms' names, in registry order (their command is
+        /// `RL.<NAME>`, their word in `RL.ALL` is `<NAME>`).
+        pub const NAMES: &[&str] = &[$($name),*];
+        /// The algorithms' tags, in registry order.
+        pub const TAGS: &[u8] = &[$($tag),*];
+        /// The other states' tags, in registry order.
+        pub const OTHER_TAGS: &[u8] = &[$($otag),*];
+        /// The other states' names, in registry order.
+        pub const OTHER_NAMES: &[&str] = &[$($oname),*];
+
+        /// `each` with every algorithm, in registry order.
+        pub fn each_algorithm<E: Each>(each: &mut E) -> Vec<E::Out> {
+            vec![$(each.algorithm::<super::$module::$ty>()),*]
+        }
+
+        /// `each` with every algorithm in registry order, until one answers.
+        #[inline]
+        pub fn find_algorithm<R, E: Each<Out = Option<R>>>(each: &mut E) -> Option<R> {
+            $(if let Some(found) = each.algorithm::<super::$module::$ty>() {
+                return Some(found);
+            })*
+            None
+        }
+
+        /// What [`EachState`] does besides [`Each`]: one method for each
+        /// other state of the registry (named by its module), which has
+        /// operations of its own, so code going over every stored type
+        /// says what it does with each.
+        pub trait EachState: Each {
+            $(#[doc = concat!("`", stringify!($oty), "`, the ", $oname, " state.")]
+            fn $omodule(&mut self) -> Self::Out;)*
+        }
+
+        /// `each` with every stored type: the algorithms, then the others.
+        pub fn each_state<E: EachState>(each: &mut E) -> Vec<E::Out> {
+            let mut out = each_algorithm(each);
+            $(out.push(each.$omodule());)*
+            out
+        }
+
+        /// `each` with every stored type, algorithms first, until one answers.
+        pub fn find_state<R, E: EachState<Out = Option<R>>>(each: &mut E) -> Option<R> {
+            if let Some(found) = find_algorithm(each) {
+                return Some(found);
+            }
+            $(if let Some(found) = each.$omodule() {
+                return Some(found);
+            })*
+            None
+        }
+
+        /// `each` with the stored type whose tag is `tag` (how a stored
+        /// state is dispatched); `None` for a tag no type has.
+        #[inline]
+        pub fn on_tag<E: EachState>(tag: u8, each: &mut E) -> Option<E::Out> {
+            match tag {
+                $($tag => Some(each.algorithm::<super::$module::$ty>()),)*
+                $($otag => Some(each.$omodule()),)*
+                _ => None,
+            }
+        }
+
+        /// `each` with the algorithm whose tag is `tag`; `None` for a tag no
+        /// algorithm has (the other states' included).
+        #[inline]
+        pub fn on_algorithm_tag<E: Each>(tag: u8, each: &mut E) -> Option<E::Out> {
+            match tag {
+                $($tag => Some(each.algorithm::<super::$module::$ty>()),)*
+                _ => None,
+            }
+        }
+
+        /// `each` with the algorithm named `name` (any case); `None` for a
+        /// name no algorithm has.
+        pub fn on_name<E: Each>(name: impl AsRef<[u8]>, each: &mut E) -> Option<E::Out> {
+            let name = name.as_ref();
+            $(if name.eq_ignore_ascii_case($name.as_bytes()) {
+                return Some(each.algorithm::<super::$module::$ty>());
+            })*
+            None
+        }
+
+        /// How many algorithms the registry has.
+        pub const ALGORITHMS: usize = TAGS.len();
+        /// How many lines the registry has: algorithms and other states.
+        pub const LINES: usize = ALL_TAGS.len();
+        /// Every tag, algorithms first, in registry order (see [`Line`]).
+        const ALL_TAGS: &[u8] = &[$($tag,)* $($otag,)*];
     };
 }
 crate::registry!(registered);
+
+/// A line of the registry: its place, counting from 0, algorithms first
+/// (an algorithm's is below [`ALGORITHMS`]), so that what the layers above
+/// keep one of per line (a Redis data type, a counter) can be an array
+/// indexed by it rather than an item per type.
+pub trait Line {
+    const LINE: usize;
+}
+
+/// The place of the line tagged `tag` (see [`Line`]).
+#[allow(clippy::indexing_slicing)]
+const fn line_of(tag: u8) -> usize {
+    let mut i = 0;
+    while ALL_TAGS[i] != tag {
+        i += 1;
+    }
+    i
+}
+
+/// Something done with one tier's algorithm and parameters, whichever the
+/// algorithm (see [`Tier::visit`]).
+pub trait OnTier {
+    type Out;
+    fn on<A: Listed>(self, params: A::Params) -> Self::Out;
+}
+
+/// The parameters of an algorithm of the registry: the algorithm they are
+/// for, and them as its tier.
+pub trait IntoTier: Copy + 'static {
+    type Algorithm: Listed<Params = Self>;
+    fn into_tier(self) -> Tier;
+}
 
 /// Fails the build when two lines share a tag or a type name, a tag is not
 /// below the penalty's (`penalty::PENALTY_TAG`), or a type name is not the
@@ -137,7 +305,8 @@ const fn same(a: &[u8], b: &[u8]) -> bool {
 /// What every algorithm of the registry is, so that code generic over them
 /// (tests, fuzz targets, the accuracy study, benches) can ask it of any.
 pub trait Listed:
-    super::Algorithm<Params: 'static>
+    super::Algorithm<Params: IntoTier>
+    + Line
     + super::penalty::Penalizable
     + PartialEq
     + std::fmt::Debug
@@ -146,7 +315,8 @@ pub trait Listed:
 }
 
 impl<A> Listed for A where
-    A: super::Algorithm<Params: 'static>
+    A: super::Algorithm<Params: IntoTier>
+        + Line
         + super::penalty::Penalizable
         + PartialEq
         + std::fmt::Debug
@@ -155,74 +325,12 @@ impl<A> Listed for A where
 }
 
 /// Something to do with an algorithm of the registry, whichever it is: the
-/// one way to go over the registry from code that does not make items (a
-/// table, an enum, an `impl`), which would need [`registry!`](crate::registry) itself.
+/// one way to go over the registry (see the walks); [`EachState`] adds the
+/// other states, [`OnTier`] is the same for a tier, with its parameters.
 pub trait Each {
     type Out;
     fn algorithm<A: Listed>(&mut self) -> Self::Out;
 }
-
-/// [`Each`], for every stored type: the algorithms and the other states.
-pub trait EachState: Each {
-    fn other<S: super::State + std::fmt::Debug + 'static>(&mut self) -> Self::Out;
-}
-
-/// Writes the registry's lists and walks; see [`Each`].
-macro_rules! walks {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
-        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal $(, $omore:tt)*;)* }
-    ) => {
-        /// The algorithms' names, in registry order (their command is
-        /// `RL.<NAME>`, their word in `RL.ALL` is `<NAME>`).
-        pub const NAMES: &[&str] = &[$($name),*];
-        /// The algorithms' tags, in registry order.
-        pub const TAGS: &[u8] = &[$($tag),*];
-        /// The other states' tags, in registry order.
-        pub const OTHER_TAGS: &[u8] = &[$($otag),*];
-
-        /// `each` with every algorithm, in registry order.
-        pub fn each_algorithm<E: Each>(each: &mut E) -> Vec<E::Out> {
-            vec![$(each.algorithm::<super::$module::$ty>()),*]
-        }
-
-        /// `each` with every stored type: the algorithms, then the others.
-        pub fn each_state<E: EachState>(each: &mut E) -> Vec<E::Out> {
-            let mut out = each_algorithm(each);
-            $(out.push(each.other::<super::$omodule::$oty>());)*
-            out
-        }
-
-        /// `each` with the stored type whose tag is `tag` (how a stored
-        /// state is dispatched); `None` for a tag no type has.
-        pub fn on_tag<E: EachState>(tag: u8, each: &mut E) -> Option<E::Out> {
-            match tag {
-                $($tag => Some(each.algorithm::<super::$module::$ty>()),)*
-                $($otag => Some(each.other::<super::$omodule::$oty>()),)*
-                _ => None,
-            }
-        }
-
-        /// `each` with the algorithm whose tag is `tag`; `None` for a tag no
-        /// algorithm has (the other states' included).
-        pub fn on_algorithm_tag<E: Each>(tag: u8, each: &mut E) -> Option<E::Out> {
-            match tag {
-                $($tag => Some(each.algorithm::<super::$module::$ty>()),)*
-                _ => None,
-            }
-        }
-
-        /// `each` with the algorithm named `name` (any case); `None` for a
-        /// name no algorithm has.
-        pub fn on_name<E: Each>(name: &str, each: &mut E) -> Option<E::Out> {
-            $(if name.eq_ignore_ascii_case($name) {
-                return Some(each.algorithm::<super::$module::$ty>());
-            })*
-            None
-        }
-    };
-}
-crate::registry!(walks);
 
 #[cfg(test)]
 mod tests {
@@ -281,7 +389,7 @@ mod tests {
     fn the_walks_go_over_the_registry_in_its_order() {
         assert_eq!(each_algorithm(&mut Name), NAMES);
         for (name, tag) in NAMES.iter().zip(TAGS) {
-            assert_eq!(on_name(&name.to_ascii_uppercase(), &mut Name), Some(*name));
+            assert_eq!(on_name(name.to_ascii_uppercase(), &mut Name), Some(*name));
             assert_eq!(on_tag(*tag, &mut Name), Some(*name));
         }
         assert_eq!(on_name("bogus", &mut Name), None);
@@ -289,8 +397,8 @@ mod tests {
     }
 
     impl EachState for Name {
-        fn other<S: super::super::State + std::fmt::Debug + 'static>(&mut self) -> &'static str {
-            S::NAME
+        fn concurrency(&mut self) -> &'static str {
+            <super::super::concurrency::Leases as super::super::Registered>::NAME
         }
     }
 }

@@ -7,7 +7,9 @@
 //! - any parameters the parser gives make a state that decodes.
 
 use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
 
+use super::registry::{each_algorithm, Each, Listed};
 use super::{Algorithm, State};
 use crate::encoding::Horizon;
 use crate::parse::check_args;
@@ -118,34 +120,40 @@ fn parsed_parameters_decode<A: Algorithm>(words: &[String]) -> Result<(), TestCa
     Ok(())
 }
 
-macro_rules! strictness {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
-        others { $($others:tt)* }
-    ) => {
-        $(mod $module {
-            use super::*;
-            type A = crate::algorithms::$module::$ty;
+/// Both properties, for one algorithm: each run as `proptest!` runs a
+/// test (its default configuration, so as many cases), the failure naming
+/// the algorithm and the minimal input.
+struct Strict;
 
-            proptest! {
-                #[test]
-                fn a_state_decodes_only_with_parameters_its_command_accepts(
-                    mutations in proptest::collection::vec((0usize..48, any::<u8>()), 1..5),
-                ) {
-                    decoded_parameters_parse::<A>(&mutations)?;
-                }
-
-                #[test]
-                fn parameters_its_command_accepts_make_a_state_that_decodes(
-                    words in words::<<A as Algorithm>::Params>(),
-                ) {
-                    parsed_parameters_decode::<A>(&words)?;
-                }
-            }
-        })*
-    };
+impl Each for Strict {
+    type Out = ();
+    fn algorithm<A: Listed>(&mut self) {
+        let mutations = proptest::collection::vec((0usize..48, any::<u8>()), 1..5);
+        if let Err(e) = TestRunner::default().run(&mutations, |m| decoded_parameters_parse::<A>(&m))
+        {
+            panic!(
+                "{}: a state decodes only with parameters its command accepts: {e}",
+                A::NAME
+            );
+        }
+        if let Err(e) = TestRunner::default().run(&words::<A::Params>(), |words| {
+            parsed_parameters_decode::<A>(&words)
+        }) {
+            panic!(
+                "{}: parameters its command accepts make a state that decodes: {e}",
+                A::NAME
+            );
+        }
+    }
 }
-crate::registry!(strictness);
+
+#[test]
+fn every_algorithm_decodes_exactly_the_parameters_its_command_accepts() {
+    assert_eq!(
+        each_algorithm(&mut Strict).len(),
+        super::registry::NAMES.len()
+    );
+}
 
 /// Regression (issue "strict states"): `RL.SETSTATE` took a GCRA state of
 /// 2^53-1 requests per millisecond, which `RL.GCRA` refuses.

@@ -1,26 +1,19 @@
 //! What the algorithms' unit tests share: one call the way the Redis layer
 //! makes it, and the encoding round trip.
 
+use super::registry::IntoTier;
 use super::{Algorithm, Decision, Mode, State};
 use crate::encoding::{DecodeError, Horizon};
 
 /// The algorithm whose parameters these are, so that a test's `call` needs
-/// no type annotations.
+/// no type annotations: the registry's [`IntoTier`] says it.
 pub trait StateOf: Sized {
     type State: Algorithm<Params = Self>;
 }
 
-macro_rules! state_of {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
-        others { $($others:tt)* }
-    ) => {
-        $(impl StateOf for <super::$module::$ty as Algorithm>::Params {
-            type State = super::$module::$ty;
-        })*
-    };
+impl<P: IntoTier> StateOf for P {
+    type State = P::Algorithm;
 }
-crate::registry!(state_of);
 
 /// Runs one command against `state` the way the Redis layer does: the
 /// stored state (or none), the parameters of this call; a taken request

@@ -6,57 +6,34 @@
 use super::options::{
     check_options, exclusive, own_option, upto_not_offered, value_of, CheckOptions,
 };
-use crate::algorithms::registry::Listed;
-use crate::algorithms::Algorithm;
+use crate::algorithms::registry::{self, Each, Listed};
 use crate::error::{shown, CommandError};
 use crate::words::syntax::{Syntax, MAX_OWN_OPTIONS};
 use crate::words::values::whole_in;
 
-/// The tiers of `RL.ALL` and the reading of one spec, made from the
-/// registry: a tier for each algorithm, nothing else.
-macro_rules! tiers {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
-        others { $($others:tt)* }
-    ) => {
-        /// One tier of `RL.ALL`: an algorithm and its parameters.
-        #[derive(Debug, Clone, Copy, PartialEq)]
-        pub enum Tier {
-            $($ty(<crate::algorithms::$module::$ty as Algorithm>::Params),)*
-        }
+pub use crate::algorithms::registry::{IntoTier, OnTier, Tier, NAMES as ALGORITHM_WORDS};
 
-        $(impl IntoTier for <crate::algorithms::$module::$ty as Algorithm>::Params {
-            fn into_tier(self) -> Tier {
-                Tier::$ty(self)
-            }
-        })*
-
-        impl Tier {
-            /// Calls `visitor` with the tier's algorithm and parameters.
-            pub fn visit<V: TierVisitor>(self, visitor: V) -> V::Out {
-                match self {
-                    $(Tier::$ty(params) => visitor.tier::<crate::algorithms::$module::$ty>(params),)*
-                }
-            }
-        }
-
-        /// The words that name an algorithm in a spec, in registry order.
-        pub const ALGORITHM_WORDS: &[&str] = &[$($name),*];
-
-        /// The spec whose algorithm `word` names, its parameters read from
-        /// `rest`; `None` when `word` names no algorithm.
-        fn tier<'a>(
-            word: &[u8],
-            rest: &'a [&'a [u8]],
-        ) -> Option<Result<(Tier, &'a [&'a [u8]]), CommandError>> {
-            $(if word.eq_ignore_ascii_case($name.as_bytes()) {
-                return Some(spec(word, rest).map(|(params, rest)| (Tier::$ty(params), rest)));
-            })*
-            None
-        }
-    };
+/// The spec whose algorithm `word` names, its parameters read from `rest`;
+/// `None` when `word` names no algorithm.
+fn tier<'a>(word: &[u8], rest: &'a [&'a [u8]]) -> Option<Spec<'a>> {
+    registry::on_name(word, &mut SpecOf { word, rest })
 }
-crate::registry!(tiers);
+
+/// A spec read: its tier, and the words after it.
+type Spec<'a> = Result<(Tier, &'a [&'a [u8]]), CommandError>;
+
+/// [`tier`], for the algorithm its word names.
+struct SpecOf<'w, 'a> {
+    word: &'w [u8],
+    rest: &'a [&'a [u8]],
+}
+
+impl<'a> Each for SpecOf<'_, 'a> {
+    type Out = Spec<'a>;
+    fn algorithm<A: Listed>(&mut self) -> Self::Out {
+        spec::<A::Params>(self.word, self.rest).map(|(params, rest)| (params.into_tier(), rest))
+    }
+}
 
 impl Tier {
     /// Whether the tier's algorithm takes partial grants and refunds.
@@ -79,9 +56,9 @@ impl Tier {
 /// [`Tier::partial`].
 struct Partial;
 
-impl TierVisitor for Partial {
+impl OnTier for Partial {
     type Out = bool;
-    fn tier<A: Listed>(self, _: A::Params) -> bool {
+    fn on<A: Listed>(self, _: A::Params) -> bool {
         <A::Params as Syntax>::PARTIAL
     }
 }
@@ -89,9 +66,9 @@ impl TierVisitor for Partial {
 /// [`Tier::windowed`].
 struct Windowed;
 
-impl TierVisitor for Windowed {
+impl OnTier for Windowed {
     type Out = bool;
-    fn tier<A: Listed>(self, _: A::Params) -> bool {
+    fn on<A: Listed>(self, _: A::Params) -> bool {
         <A::Params as Syntax>::WINDOWED
     }
 }
@@ -99,23 +76,11 @@ impl TierVisitor for Windowed {
 /// [`Tier::tag`].
 struct Tag;
 
-impl TierVisitor for Tag {
+impl OnTier for Tag {
     type Out = u8;
-    fn tier<A: Listed>(self, _: A::Params) -> u8 {
+    fn on<A: Listed>(self, _: A::Params) -> u8 {
         <A as crate::algorithms::Registered>::TAG
     }
-}
-
-/// What to do with one tier of `RL.ALL`, whichever its algorithm (see
-/// [`Tier::visit`]).
-pub trait TierVisitor {
-    type Out;
-    fn tier<A: Listed>(self, params: A::Params) -> Self::Out;
-}
-
-/// The parameters of an algorithm of the registry, as its tier.
-pub trait IntoTier {
-    fn into_tier(self) -> Tier;
 }
 
 /// `RL.ALL`'s arguments.

@@ -4,7 +4,7 @@
 //! written as `RL.ALL` takes a spec (`super::all`), read by the same code,
 //! so a policy refuses exactly what `RL.ALL` refuses, in the same words.
 
-use super::all::{specs, Tier, TierVisitor};
+use super::all::{specs, OnTier, Tier};
 use super::options::{check_options, value_of, CheckOptions};
 use crate::algorithms::registry::Listed;
 use crate::error::{shown, CommandError};
@@ -60,9 +60,9 @@ impl Definition {
 /// A tier's spec as words: the algorithm's name, its parameters.
 struct SpecWords;
 
-impl TierVisitor for SpecWords {
+impl OnTier for SpecWords {
     type Out = Vec<String>;
-    fn tier<A: Listed>(self, params: A::Params) -> Vec<String> {
+    fn on<A: Listed>(self, params: A::Params) -> Vec<String> {
         let mut words = vec![A::NAME.to_ascii_uppercase()];
         words.extend(params.to_words());
         words

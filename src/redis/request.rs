@@ -8,6 +8,7 @@
 use super::ffi::random_hex;
 use super::stats::{self, Counted, Counter};
 use crate::algorithms::penalty::Stamp;
+use crate::algorithms::registry::{self, Each, IntoTier, Listed, OnTier};
 use crate::algorithms::Mode;
 use crate::error::CommandError;
 use crate::parse::policy::{check_request_options, Definition};
@@ -200,28 +201,36 @@ fn acquire_request(words: &[&[u8]], drawn: Option<Vec<u8>>) -> Result<Request, C
 /// The length of a lease id the server draws: 32 hex characters, 128 bits.
 const DRAWN_ID_LEN: usize = 32;
 
-/// The counter of the algorithm of `tier`, made from the registry.
-macro_rules! counter_of {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
-        others { $($others:tt)* }
-    ) => {
-        fn counter_of(tier: &Tier) -> &'static Counter {
-            match tier {
-                $(Tier::$ty(_) => <crate::algorithms::$module::$ty as Counted>::counter(),)*
-            }
-        }
-
-        /// The request of the check command of the algorithm tagged `tag`.
-        fn check_request(tag: u8, words: &[&[u8]]) -> Option<Result<Request, CommandError>> {
-            $(if tag == <crate::algorithms::$module::$ty as crate::algorithms::Registered>::TAG {
-                return Some(
-                    parse::check_args::<<crate::algorithms::$module::$ty as crate::algorithms::Algorithm>::Params>(words)
-                        .map(|(params, options)| Request::Check { tier: parse::IntoTier::into_tier(params), options }),
-                );
-            })*
-            None
-        }
-    };
+/// The counter of the algorithm of `tier`.
+fn counter_of(tier: &Tier) -> &'static Counter {
+    tier.visit(CounterOf)
 }
-crate::registry!(counter_of);
+
+/// [`counter_of`].
+struct CounterOf;
+
+impl OnTier for CounterOf {
+    type Out = &'static Counter;
+    #[inline]
+    fn on<A: Listed>(self, _: A::Params) -> &'static Counter {
+        A::counter()
+    }
+}
+
+/// The request of the check command of the algorithm tagged `tag`.
+fn check_request(tag: u8, words: &[&[u8]]) -> Option<Result<Request, CommandError>> {
+    registry::on_algorithm_tag(tag, &mut CheckRequest(words))
+}
+
+/// [`check_request`].
+struct CheckRequest<'w, 'a>(&'w [&'a [u8]]);
+
+impl Each for CheckRequest<'_, '_> {
+    type Out = Result<Request, CommandError>;
+    fn algorithm<A: Listed>(&mut self) -> Self::Out {
+        parse::check_args::<A::Params>(self.0).map(|(params, options)| Request::Check {
+            tier: params.into_tier(),
+            options,
+        })
+    }
+}

@@ -15,7 +15,11 @@ use super::ffi::alloc::allocated_bytes;
 use super::ffi::info::{Dict, Text};
 use super::ffi::types::TypedValue;
 use super::sketch;
+use crate::algorithms::concurrency::Leases;
 use crate::algorithms::penalty::Penalized;
+use crate::algorithms::registry::{
+    each_state, Each, EachState, Listed, ALGORITHMS, LINES, NAMES, OTHER_NAMES,
+};
 
 /// Clients waiting now (`BLOCK`, `super::waiters`).
 pub static WAITING: AtomicUsize = AtomicUsize::new(0);
@@ -104,36 +108,154 @@ pub trait Counted {
     fn counter() -> &'static Counter;
 }
 
-/// One counter for each algorithm's check command (fields named after the
-/// algorithm), and the list `INFO` walks: the algorithms in registry order,
-/// then the other commands that decide requests.
-macro_rules! counters {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
-        others { $($others:tt)* }
-    ) => {
-        $(impl Counted for crate::algorithms::$module::$ty {
-            fn counter() -> &'static Counter {
-                static COUNTER: Counter = Counter::new(fields!($name), true, true);
-                &COUNTER
-            }
-        })*
+/// Each algorithm's check command has its counter, at its registry line.
+impl<A: Listed> Counted for A {
+    #[inline]
+    #[allow(clippy::indexing_slicing)] // in range: checked at compile time.
+    fn counter() -> &'static Counter {
+        const {
+            assert!(
+                A::LINE < ALGORITHMS,
+                "an algorithm's line beyond the counters"
+            )
+        };
+        &COUNTERS[A::LINE]
+    }
+}
 
-        fn every() -> [&'static Counter; [$($tag,)*].len() + 3] {
-            [
-                $(<crate::algorithms::$module::$ty as Counted>::counter(),)*
-                &CL_THROTTLE,
-                &ALL,
-                &ACQUIRE,
-            ]
+/// The counters `INFO` walks: the algorithms in registry order, then the
+/// other commands that decide requests.
+fn every() -> impl Iterator<Item = &'static Counter> {
+    COUNTERS.iter().chain([&CL_THROTTLE, &ALL, &ACQUIRE])
+}
+
+/// The room for a field name made from a registry name, its NUL included.
+const FIELD_BYTES: usize = 64;
+
+/// `name` then `suffix` then a NUL: a field name, made at compile time.
+#[allow(clippy::indexing_slicing)]
+const fn joined(name: &str, suffix: &str) -> [u8; FIELD_BYTES] {
+    let (name, suffix) = (name.as_bytes(), suffix.as_bytes());
+    assert!(
+        name.len() + suffix.len() < FIELD_BYTES,
+        "a field name is too long"
+    );
+    let mut out = [0; FIELD_BYTES];
+    let mut i = 0;
+    while i < name.len() {
+        assert!(name[i] != 0, "a field name holds a NUL");
+        out[i] = name[i];
+        i += 1;
+    }
+    let mut j = 0;
+    while j < suffix.len() {
+        out[i + j] = suffix[j];
+        j += 1;
+    }
+    out
+}
+
+/// The field name in `$bytes` (made by [`joined`]), in a static's
+/// initializer (at compile time, where a missing NUL stops the build).
+macro_rules! field {
+    ($bytes:expr) => {
+        match CStr::from_bytes_until_nul($bytes) {
+            Ok(name) => name,
+            Err(_) => panic!("a field name ends with a NUL"),
         }
     };
 }
-crate::registry!(counters);
+
+/// An algorithm's four counts, as its counter's fields name them.
+const COUNTS: [&str; 4] = ["_allowed", "_denied", "_shadow_denied", "_penalties"];
+
+/// The names of each algorithm's counter's fields.
+#[allow(clippy::indexing_slicing)]
+static COUNTER_FIELDS: [[[u8; FIELD_BYTES]; 4]; ALGORITHMS] = {
+    let mut out = [[[0; FIELD_BYTES]; 4]; ALGORITHMS];
+    let mut line = 0;
+    while line < ALGORITHMS {
+        let mut i = 0;
+        while i < 4 {
+            out[line][i] = joined(NAMES[line], COUNTS[i]);
+            i += 1;
+        }
+        line += 1;
+    }
+    out
+};
+
+/// Each algorithm's counter (fields named after the algorithm), at its
+/// registry line.
+#[allow(clippy::indexing_slicing)]
+static COUNTERS: [Counter; ALGORITHMS] = {
+    let mut out = [const { Counter::new([c""; 4], true, true) }; ALGORITHMS];
+    let mut line = 0;
+    while line < ALGORITHMS {
+        let names = &COUNTER_FIELDS[line];
+        out[line] = Counter::new(
+            [
+                field!(&names[0]),
+                field!(&names[1]),
+                field!(&names[2]),
+                field!(&names[3]),
+            ],
+            true,
+            true,
+        );
+        line += 1;
+    }
+    out
+};
+
+/// `<name>_keys` for each line of the registry, as bytes.
+#[allow(clippy::indexing_slicing)]
+static KEY_FIELD_BYTES: [[u8; FIELD_BYTES]; LINES] = {
+    let mut out = [[0; FIELD_BYTES]; LINES];
+    let mut line = 0;
+    while line < LINES {
+        out[line] = if line < ALGORITHMS {
+            joined(NAMES[line], "_keys")
+        } else {
+            joined(OTHER_NAMES[line - ALGORITHMS], "_keys")
+        };
+        line += 1;
+    }
+    out
+};
+
+/// `<name>_keys` for each line of the registry.
+#[allow(clippy::indexing_slicing)]
+static KEY_FIELDS: [&CStr; LINES] = {
+    let mut out = [c""; LINES];
+    let mut line = 0;
+    while line < LINES {
+        out[line] = field!(&KEY_FIELD_BYTES[line]);
+        line += 1;
+    }
+    out
+};
 
 /// How many values of `A` Redis holds (see `TypedValue::held`).
 fn held<A: TypedValue>() -> u64 {
     A::held().load(Relaxed)
+}
+
+/// The keys of each line of the registry: an algorithm's, penalized ones
+/// included (the same algorithm), the leases'.
+struct Held;
+
+impl Each for Held {
+    type Out = u64;
+    fn algorithm<A: Listed>(&mut self) -> u64 {
+        held::<A>() + held::<Penalized<A>>()
+    }
+}
+
+impl EachState for Held {
+    fn concurrency(&mut self) -> u64 {
+        held::<Leases>()
+    }
 }
 
 /// The keys each algorithm holds, penalized ones included (the same
@@ -141,25 +263,14 @@ fn held<A: TypedValue>() -> u64 {
 /// as `keys`: what `SCAN ... TYPE` over every type name would count,
 /// without the scan. Like `DBSIZE`, over every database, and counting
 /// expired keys Redis has not reclaimed yet.
-macro_rules! key_counts {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
-        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal $(, $omore:tt)*;)* }
-    ) => {
-        fn key_counts(add: &mut dyn FnMut(&'static CStr, u64)) {
-            let mut all = 0;
-            $(let n = held::<crate::algorithms::$module::$ty>()
-                + held::<Penalized<crate::algorithms::$module::$ty>>();
-            all += n;
-            add(concat_cstr!($name, "_keys"), n);)*
-            $(let n = held::<crate::algorithms::$omodule::$oty>();
-            all += n;
-            add(concat_cstr!($oname, "_keys"), n);)*
-            add(c"keys", all);
-        }
-    };
+fn key_counts(add: &mut dyn FnMut(&'static CStr, u64)) {
+    let mut all = 0;
+    for (name, n) in KEY_FIELDS.iter().zip(each_state(&mut Held)) {
+        all += n;
+        add(name, n);
+    }
+    add(c"keys", all);
 }
-crate::registry!(key_counts);
 
 pub static CL_THROTTLE: Counter = Counter::new(fields!("cl_throttle"), false, false);
 pub static ALL: Counter = Counter::new(fields!("all"), true, false);

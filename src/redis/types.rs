@@ -5,13 +5,13 @@
 //! so what an RDB file holds, what AOF rewrite emits and what replicas
 //! receive are the same bytes.
 
-use redis_module::native_types::RedisType;
+use super::ffi::types::TypedValue;
 
-use super::ffi::types::{value_type, TypedValue};
-
-pub use super::ffi::types::horizon;
+pub use super::ffi::types::{every_type, horizon};
+use crate::algorithms::concurrency::Leases;
 use crate::algorithms::penalty::{self, Penalized, Stamp, PENALTY_TAG, STAMPED_TAG};
-use crate::algorithms::{Algorithm, Decision, Mode, Registered};
+use crate::algorithms::registry::Listed;
+use crate::algorithms::{Algorithm, Decision, Mode};
 
 /// A value stored in Redis: its type, and how it looks now (RL.INFO).
 pub trait Stored: TypedValue {
@@ -65,109 +65,88 @@ fn peek_of<A: Algorithm>(state: &A, now_ms: i64) -> Decision {
     A::check_with(Some(state), state.params(), now_ms, 1, Mode::Peek).0
 }
 
-/// Each registered state's Redis type (a static of its own, named by the
-/// registry), the list of them all, and the dispatch on a state's tag.
-macro_rules! stored_types {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
-        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal $(, $omore:tt)*;)* }
-    ) => {
-        $(value_type!(crate::algorithms::$module::$ty, $type_name);
-        value_type!(
-            Penalized<crate::algorithms::$module::$ty>,
-            <Penalized<crate::algorithms::$module::$ty> as Registered>::TYPE_NAME
-        );
-        impl PenalizedStored for crate::algorithms::$module::$ty {
-            type Penalized = Penalized<crate::algorithms::$module::$ty>;
-            fn parts(penalized: &mut Self::Penalized) -> (&mut Self, &mut i64) {
-                (&mut penalized.state, &mut penalized.until_ms)
-            }
-            fn parts_ref(penalized: &Self::Penalized) -> (&Self, i64) {
-                (&penalized.state, penalized.until_ms)
-            }
-            fn penalized(until_ms: i64, state: Self) -> Self::Penalized {
-                Penalized { until_ms, stamp: Stamp::NONE, state }
-            }
-            fn extended(until_ms: i64, stamp: Stamp, state: Self) -> Self::Penalized {
-                Penalized { until_ms, stamp, state }
-            }
-            fn stamp_of(extended: &Self::Penalized) -> Stamp {
-                extended.stamp
-            }
-            fn stamp_mut(extended: &mut Self::Penalized) -> &mut Stamp {
-                &mut extended.stamp
-            }
+/// An algorithm of the registry is stored as itself.
+impl<A: Listed> Stored for A {
+    type Sibling = Penalized<A>;
+    #[inline]
+    fn peek(&self, now_ms: i64) -> Decision {
+        peek_of(self, now_ms)
+    }
+    #[inline]
+    fn into_sibling(self, sibling: &mut Self::Sibling) -> Result<(), Self> {
+        if sibling.stamp.is_none() {
+            return Err(self);
         }
-        impl Stored for crate::algorithms::$module::$ty {
-            type Sibling = Penalized<crate::algorithms::$module::$ty>;
-            fn peek(&self, now_ms: i64) -> Decision {
-                peek_of(self, now_ms)
-            }
-            fn into_sibling(self, sibling: &mut Self::Sibling) -> Result<(), Self> {
-                if sibling.stamp.is_none() {
-                    return Err(self);
-                }
-                sibling.state = self;
-                Ok(())
-            }
-        }
-        impl Stored for Penalized<crate::algorithms::$module::$ty> {
-            type Sibling = crate::algorithms::$module::$ty;
-            fn peek(&self, now_ms: i64) -> Decision {
-                let own = peek_of(&self.state, now_ms);
-                match self.in_force(now_ms) {
-                    Some(until_ms) => penalty::denied_until(until_ms, now_ms, own),
-                    None => own,
-                }
-            }
-        })*
-        $(value_type!(crate::algorithms::$omodule::$oty, $otype_name);
-        impl Stored for crate::algorithms::$omodule::$oty {
-            type Sibling = Self;
-            fn peek(&self, now_ms: i64) -> Decision {
-                crate::algorithms::$omodule::$oty::peek(self, now_ms)
-            }
-        })*
-
-        /// Every type the module stores, to create at load time: each
-        /// algorithm's, its penalized form's, then the others.
-        pub fn every_type() -> [&'static RedisType; 2 * [$($tag,)*].len() + [$($otag,)*].len()] {
-            [
-                $(<crate::algorithms::$module::$ty as TypedValue>::redis_type(),)*
-                $(<Penalized<crate::algorithms::$module::$ty> as TypedValue>::redis_type(),)*
-                $(<crate::algorithms::$omodule::$oty as TypedValue>::redis_type(),)*
-            ]
-        }
-
-        /// Calls `visitor` with the stored type whose tag starts `bytes`
-        /// (for a penalized state, the algorithm's tag after the penalty's);
-        /// `None` for a tag no type has.
-        pub fn on_tag<V: StateVisitor>(bytes: &[u8], visitor: V) -> Option<V::Out> {
-            match *bytes {
-                [PENALTY_TAG | STAMPED_TAG, tag, ..] => match tag {
-                    $($tag => Some(visitor.visit::<Penalized<crate::algorithms::$module::$ty>>()),)*
-                    _ => None,
-                },
-                $([$tag, ..] => Some(visitor.visit::<crate::algorithms::$module::$ty>()),)*
-                $([$otag, ..] => Some(visitor.visit::<crate::algorithms::$omodule::$oty>()),)*
-                _ => None,
-            }
-        }
-
-        /// Calls `visitor` with each stored type in turn, until one answers.
-        pub fn first_of<V: StateVisitor<Out = Option<R>> + Copy, R>(visitor: V) -> Option<R> {
-            None
-                $(.or_else(|| visitor.visit::<crate::algorithms::$module::$ty>()))*
-                $(.or_else(|| visitor.visit::<Penalized<crate::algorithms::$module::$ty>>()))*
-                $(.or_else(|| visitor.visit::<crate::algorithms::$omodule::$oty>()))*
-        }
-    };
+        sibling.state = self;
+        Ok(())
+    }
 }
-crate::registry!(stored_types);
 
-/// Something done with one stored type, chosen at run time (by a tag, or by
-/// what a key holds).
-pub trait StateVisitor {
-    type Out;
-    fn visit<A: Stored>(self) -> Self::Out;
+/// ... and in its penalized (extended) form.
+impl<A: Listed> Stored for Penalized<A> {
+    type Sibling = A;
+    #[inline]
+    fn peek(&self, now_ms: i64) -> Decision {
+        let own = peek_of(&self.state, now_ms);
+        match self.in_force(now_ms) {
+            Some(until_ms) => penalty::denied_until(until_ms, now_ms, own),
+            None => own,
+        }
+    }
+}
+
+impl<A: Listed> PenalizedStored for A {
+    type Penalized = Penalized<A>;
+    #[inline]
+    fn parts(penalized: &mut Self::Penalized) -> (&mut Self, &mut i64) {
+        (&mut penalized.state, &mut penalized.until_ms)
+    }
+    #[inline]
+    fn parts_ref(penalized: &Self::Penalized) -> (&Self, i64) {
+        (&penalized.state, penalized.until_ms)
+    }
+    #[inline]
+    fn penalized(until_ms: i64, state: Self) -> Self::Penalized {
+        Penalized {
+            until_ms,
+            stamp: Stamp::NONE,
+            state,
+        }
+    }
+    #[inline]
+    fn extended(until_ms: i64, stamp: Stamp, state: Self) -> Self::Penalized {
+        Penalized {
+            until_ms,
+            stamp,
+            state,
+        }
+    }
+    #[inline]
+    fn stamp_of(extended: &Self::Penalized) -> Stamp {
+        extended.stamp
+    }
+    #[inline]
+    fn stamp_mut(extended: &mut Self::Penalized) -> &mut Stamp {
+        &mut extended.stamp
+    }
+}
+
+/// The concurrency limiter's leases: a state of their own, with no other
+/// form.
+impl Stored for Leases {
+    type Sibling = Self;
+    fn peek(&self, now_ms: i64) -> Decision {
+        Leases::peek(self, now_ms)
+    }
+}
+
+/// The stored type whose encoding starts `bytes`: its registry tag, and
+/// whether it is the penalized form of that tag's algorithm (its tag after
+/// the penalty's); `None` for no bytes.
+pub fn stored_tag(bytes: &[u8]) -> Option<(u8, bool)> {
+    match *bytes {
+        [PENALTY_TAG | STAMPED_TAG, tag, ..] => Some((tag, true)),
+        [tag, ..] => Some((tag, false)),
+        [] => None,
+    }
 }

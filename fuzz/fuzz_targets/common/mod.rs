@@ -22,9 +22,9 @@
 use std::any::TypeId;
 
 use libfuzzer_sys::arbitrary::Unstructured;
-use redis_ratelimit::algorithms::registry::{self, Each, Listed};
+use redis_ratelimit::algorithms::registry::{self, Listed};
 use redis_ratelimit::algorithms::{
-    Decision, Field, Mode, Registered, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS,
+    Decision, Field, Mode, State, MAX_AMOUNT, MAX_DURATION_MS, MAX_TIMESTAMP_MS,
 };
 use redis_ratelimit::encoding::Horizon;
 use redis_ratelimit::error::CommandError;
@@ -49,46 +49,12 @@ pub trait Other: State + std::fmt::Debug {
     fn check_storable(&self, what: &str) -> Vec<u8>;
 }
 
-/// What to do with the stored type a tag (or a name) picks.
-pub trait Visitor {
-    type Out;
-    fn algorithm<A: Fuzzed>(self) -> Self::Out;
-    fn other<S: Other>(self) -> Self::Out;
-}
-
 /// The algorithms' tags, in registry order.
 pub const ALGORITHM_TAGS: &[u8] = registry::TAGS;
 /// The other states' tags, in registry order.
 pub const OTHER_TAGS: &[u8] = registry::OTHER_TAGS;
 /// The algorithms' names (their command is `RL.<NAME>`).
 pub const ALGORITHM_NAMES: &[&str] = registry::NAMES;
-
-// The registry's other states, each driven by its own `Other` impl: one so
-// far, the concurrency limiter's leases (see `on_tag`).
-const _: () = assert!(
-    OTHER_TAGS.len() == 1,
-    "a new other state of the registry needs its `Other` impl called in `on_tag`"
-);
-
-/// A [`Visitor`], used once, on the registry's walk.
-struct Once<V>(Option<V>);
-
-impl<V: Visitor> Each for Once<V> {
-    type Out = Option<V::Out>;
-    fn algorithm<A: Listed>(&mut self) -> Option<V::Out> {
-        self.0.take().map(|visitor| visitor.algorithm::<A>())
-    }
-}
-
-/// Calls `visitor` with the stored type whose tag is `tag`, the way the
-/// Redis layer dispatches a stored state; `None` for a tag no type has.
-pub fn on_tag<V: Visitor>(tag: u8, visitor: V) -> Option<V::Out> {
-    use redis_ratelimit::algorithms::concurrency::Leases;
-    if tag == <Leases as Registered>::TAG {
-        return Some(visitor.other::<Leases>());
-    }
-    registry::on_algorithm_tag(tag, &mut Once(Some(visitor))).flatten()
-}
 
 /// Whether `tag` is one of the registry's.
 pub fn registered(tag: u8) -> bool {

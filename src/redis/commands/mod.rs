@@ -22,6 +22,7 @@ use super::command_info::{
 };
 use super::engine::Checked;
 use super::ffi::{Command, Handler};
+use crate::algorithms::registry::{each_algorithm, Each, Listed, NAMES};
 use crate::words::syntax::{Kind, Syntax, Word};
 
 /// Flags of a command that decides a request: it may write the key. Not
@@ -131,21 +132,20 @@ fn check_command<A: Checked>() -> Command {
     )
 }
 
-macro_rules! check_commands {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
-        others { $($others:tt)* }
-    ) => {
-        /// One check command per algorithm, in registry order.
-        fn check_commands() -> Vec<Command> {
-            vec![$(check_command::<crate::algorithms::$module::$ty>(),)*]
-        }
-
-        /// The algorithms' names for `RL.ALL`'s documentation.
-        const ALGORITHM_WORDS: &str = concat!($($name, " "),*);
-    };
+/// One check command per algorithm, in registry order.
+fn check_commands() -> Vec<Command> {
+    each_algorithm(&mut CheckCommand)
 }
-crate::registry!(check_commands);
+
+/// [`check_commands`].
+struct CheckCommand;
+
+impl Each for CheckCommand {
+    type Out = Command;
+    fn algorithm<A: Listed>(&mut self) -> Command {
+        check_command::<A>()
+    }
+}
 
 /// Every command of the module, documented.
 pub fn table() -> Vec<Command> {
@@ -425,9 +425,9 @@ fn policy_commands() -> [Command; 2] {
 fn spec_summary() -> &'static str {
     static SUMMARY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SUMMARY.get_or_init(|| {
-        let names: Vec<String> = ALGORITHM_WORDS
-            .split_whitespace()
-            .map(str::to_ascii_uppercase)
+        let names: Vec<String> = NAMES
+            .iter()
+            .map(|name| name.to_ascii_uppercase())
             .collect();
         format!(
             "One per key, in key order: a check command's name without RL. ({}) followed by that command's parameters (a sliding counter's PRECISION n goes in its own spec), e.g. TOKENBUCKET 10 1.",

@@ -4,8 +4,11 @@
 use super::super::config::expiry_slack_ms;
 use super::super::ffi::{command, now_ms, Args, Ctx, KeyName, Status};
 use super::super::key::{Key, KeyToken, ReadKey};
-use super::super::types::{first_of, horizon, on_tag, StateVisitor, Stored};
+use super::super::types::{horizon, stored_tag, Stored};
+use crate::algorithms::concurrency::Leases;
 use crate::algorithms::expiry::EXPIRY_TIMES;
+use crate::algorithms::penalty::Penalized;
+use crate::algorithms::registry::{self, Each, EachState, Listed};
 use crate::algorithms::Field;
 use crate::error::CommandError;
 use crate::parse::options::value_of;
@@ -27,15 +30,18 @@ command! {
 fn set_state_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     let result = match (args.key(1), args.bytes(2)) {
         (Some(key_name), Some(blob)) => expiry_option(&args.bytes_from(3)).and_then(|expiry| {
-            on_tag(
+            let set = |penalized| SetState {
+                ctx,
+                key_name,
                 blob,
-                SetState {
-                    ctx,
-                    key_name,
-                    blob,
-                    expiry,
-                },
-            )
+                expiry,
+                penalized,
+            };
+            match stored_tag(blob) {
+                Some((tag, true)) => registry::on_algorithm_tag(tag, &mut set(true)),
+                Some((tag, false)) => registry::on_tag(tag, &mut set(false)),
+                None => None,
+            }
             .unwrap_or_else(|| Err(CommandError::invalid_state("unknown algorithm")))
         }),
         _ => Err(CommandError::Arity),
@@ -96,12 +102,29 @@ struct SetState<'a> {
     key_name: KeyName<'a>,
     blob: &'a [u8],
     expiry: Expiry,
+    /// Whether the tag is the penalized form's of the algorithm's.
+    penalized: bool,
 }
 
-impl StateVisitor for SetState<'_> {
+impl Each for SetState<'_> {
     type Out = Result<(), CommandError>;
+    fn algorithm<A: Listed>(&mut self) -> Self::Out {
+        if self.penalized {
+            self.set::<Penalized<A>>()
+        } else {
+            self.set::<A>()
+        }
+    }
+}
 
-    fn visit<A: Stored>(self) -> Self::Out {
+impl EachState for SetState<'_> {
+    fn concurrency(&mut self) -> Self::Out {
+        self.set::<Leases>()
+    }
+}
+
+impl SetState<'_> {
+    fn set<A: Stored>(&self) -> Result<(), CommandError> {
         let state =
             A::decode(self.blob, horizon()).map_err(|e| CommandError::invalid_state(e.0))?;
         let mut token = KeyToken::of(self.ctx);
@@ -138,11 +161,11 @@ fn info_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     };
     let mut token = KeyToken::of(ctx);
     let key = Key::read(&mut token, ctx, key_name);
-    let describe = Describe {
+    let mut describe = Describe {
         key: &key,
         now_ms: now_ms(),
     };
-    match first_of(describe) {
+    match registry::find_state(&mut describe) {
         Some(mut fields) => {
             fields.push(("ttl_ms", Field::Int(key.ttl_ms())));
             ctx.reply_fields(&fields)
@@ -159,10 +182,22 @@ struct Describe<'k, 'a> {
     now_ms: i64,
 }
 
-impl StateVisitor for Describe<'_, '_> {
+impl Each for Describe<'_, '_> {
     type Out = Option<Vec<(&'static str, Field)>>;
+    fn algorithm<A: Listed>(&mut self) -> Self::Out {
+        self.describe::<A>()
+            .or_else(|| self.describe::<Penalized<A>>())
+    }
+}
 
-    fn visit<A: Stored>(self) -> Self::Out {
+impl EachState for Describe<'_, '_> {
+    fn concurrency(&mut self) -> Self::Out {
+        self.describe::<Leases>()
+    }
+}
+
+impl Describe<'_, '_> {
+    fn describe<A: Stored>(&self) -> Option<Vec<(&'static str, Field)>> {
         let state = self.key.get::<A>()?;
         let now = state.peek(self.now_ms);
         let mut fields = vec![("algorithm", Field::Text(A::NAME.as_bytes().to_vec()))];

@@ -6,8 +6,9 @@
 
 use super::super::key::KeyToken;
 use super::check::{denial, held_until, on_tier, plan, settle, take, Memory, OnTier, Plan, Took};
+use super::penalty_of;
 use super::store::Store;
-use super::{penalty_of, Checked};
+use crate::algorithms::registry::Listed;
 use crate::algorithms::{Decision, Mode};
 use crate::error::CommandError;
 use crate::parse::{AllArgs, CheckOptions, Tier};
@@ -115,7 +116,7 @@ struct Planning<'r, S: Store> {
 
 impl<S: Store> OnTier for Planning<'_, S> {
     type Out = Result<Plan, CommandError>;
-    fn on<A: Checked>(self, params: A::Params) -> Self::Out {
+    fn on<A: Listed>(self, params: A::Params) -> Self::Out {
         plan::<S, A>(self.run, self.token, self.key_name, params, self.cost)
     }
 }
@@ -131,7 +132,7 @@ struct Taking<'r, S: Store> {
 
 impl<S: Store> OnTier for Taking<'_, S> {
     type Out = Result<Decision, CommandError>;
-    fn on<A: Checked>(self, params: A::Params) -> Self::Out {
+    fn on<A: Listed>(self, params: A::Params) -> Self::Out {
         let mut key = self.run.write(self.token, self.key_name);
         match take::<S, A>(
             self.run,
@@ -164,7 +165,7 @@ struct Settling<'r, S: Store> {
 
 impl<S: Store> OnTier for Settling<'_, S> {
     type Out = Result<(), CommandError>;
-    fn on<A: Checked>(self, _params: A::Params) -> Self::Out {
+    fn on<A: Listed>(self, _params: A::Params) -> Self::Out {
         let mut key = self.run.write(self.token, self.key_name);
         let Some(fresh_at_ms) = key.fresh_at_ms::<A>()? else {
             return Ok(());

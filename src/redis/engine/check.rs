@@ -19,34 +19,20 @@ use super::store::{store, Store};
 use super::{turn_of, Checked};
 use crate::algorithms::partial::{granted_at_ms, refund_stored, upto_cost};
 use crate::algorithms::penalty::{self, denied_until, in_force};
+use crate::algorithms::registry::Listed;
 use crate::algorithms::{Decision, Mode};
 use crate::error::CommandError;
 use crate::parse::Tier;
 use crate::words::syntax::Syntax;
 
-/// Something done with one tier's algorithm and parameters, whichever the
-/// algorithm: the engine's one dispatch on a [`Tier`] ([`on_tier`]).
-pub trait OnTier {
-    type Out;
-    fn on<A: Checked>(self, params: A::Params) -> Self::Out;
-}
+pub use crate::algorithms::registry::OnTier;
 
-/// Calls `op` with the algorithm `tier` names and its parameters, made from
-/// the registry so every algorithm has its arm and no other.
-macro_rules! on_tier {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
-        others { $($others:tt)* }
-    ) => {
-        #[inline]
-        pub fn on_tier<O: OnTier>(tier: &Tier, op: O) -> O::Out {
-            match *tier {
-                $(Tier::$ty(params) => op.on::<crate::algorithms::$module::$ty>(params),)*
-            }
-        }
-    };
+/// Calls `op` with the algorithm `tier` names and its parameters: the
+/// registry's dispatch on a tier ([`Tier::visit`]).
+#[inline]
+pub fn on_tier<O: OnTier>(tier: &Tier, op: O) -> O::Out {
+    tier.visit(op)
 }
-crate::registry!(on_tier);
 
 /// What one tier decided before anything is written (see [`plan`]).
 #[derive(Debug, Clone, Copy)]
@@ -337,7 +323,7 @@ pub fn apply_tier<S: Store>(
     impl<S: Store> OnTier for Apply<'_, S> {
         type Out = Result<Decision, CommandError>;
         #[inline]
-        fn on<A: Checked>(self, params: A::Params) -> Self::Out {
+        fn on<A: Listed>(self, params: A::Params) -> Self::Out {
             apply::<S, A>(
                 self.run,
                 self.token,
@@ -381,7 +367,7 @@ pub fn upto_tier<S: Store>(
     }
     impl<S: Store> OnTier for Upto<'_, S> {
         type Out = Result<(u64, i64), CommandError>;
-        fn on<A: Checked>(self, params: A::Params) -> Self::Out {
+        fn on<A: Listed>(self, params: A::Params) -> Self::Out {
             upto::<S, A>(self.run, self.token, self.key_name, params, self.cost)
         }
     }
@@ -415,7 +401,7 @@ pub fn refund_tier<S: Store>(
     }
     impl<S: Store> OnTier for Refund<'_, S> {
         type Out = Result<u64, CommandError>;
-        fn on<A: Checked>(self, params: A::Params) -> Self::Out {
+        fn on<A: Listed>(self, params: A::Params) -> Self::Out {
             refund::<S, A>(
                 self.run,
                 self.token,

@@ -41,6 +41,7 @@ use super::store::Store;
 use super::Checked;
 use crate::algorithms::migration::migrated;
 use crate::algorithms::penalty::{self, Stamp};
+use crate::algorithms::registry::{self, Each, Listed};
 use crate::algorithms::{Algorithm, Decision, Mode};
 use crate::error::CommandError;
 use crate::parse::policy::OnChange;
@@ -236,7 +237,7 @@ struct Planning<'r, 'a, S: Store> {
 
 impl<'a, S: Store + 'a> OnTier for Planning<'_, 'a, S> {
     type Out = Result<Planned<'a, S>, CommandError>;
-    fn on<B: Checked>(self, params: B::Params) -> Self::Out {
+    fn on<B: Listed>(self, params: B::Params) -> Self::Out {
         plan::<S, B>(
             self.run,
             self.token,
@@ -275,41 +276,57 @@ fn plan_tier<'a, S: Store + 'a>(
     on_tier(tier, planning)
 }
 
-/// What a key holding another algorithm's state becomes, made from the
-/// registry (a dispatch on the stored value's type, not on the tier).
-macro_rules! across {
-    (
-        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
-        others { $($others:tt)* }
-    ) => {
-        /// The state of the tier's algorithm `B` that a key holding
-        /// another algorithm's state, stamped with `stamp`'s policy,
-        /// becomes (with its penalty's end); `None` when the key holds
-        /// no algorithm's state stamped so (`WRONGTYPE`); `Some(None)` for
-        /// a reset.
-        fn across<B: Checked, R: super::super::key::RawKey, M>(
-            key: &super::super::key::Key<'_, M, R>,
-            params: B::Params,
-            stamp: Stamp,
-            on_change: OnChange,
-            now_ms: i64,
-        ) -> Option<Option<B::Penalized>> {
-            $(if let Holds::Sibling(extended) = key.holds_form::<crate::algorithms::$module::$ty>() {
-                if <crate::algorithms::$module::$ty as PenalizedStored>::stamp_of(extended).policy != stamp.policy {
-                    return None;
-                }
-                if on_change == OnChange::Reset {
-                    return Some(None);
-                }
-                let (state, until_ms) = <crate::algorithms::$module::$ty as PenalizedStored>::parts_ref(extended);
-                let next = migrated::<_, B>(state, params, now_ms, on_change);
-                return Some(Some(B::extended(until_ms, stamp, next)));
-            })*
-            None
-        }
+/// The state of the tier's algorithm `B` that a key holding another
+/// algorithm's state, stamped with `stamp`'s policy, becomes (with its
+/// penalty's end); `None` when the key holds no algorithm's state stamped
+/// so (`WRONGTYPE`); `Some(None)` for a reset. A dispatch on the stored
+/// value's type, not on the tier: each algorithm of the registry asked in
+/// turn whether the key holds its extended form.
+fn across<B: Checked, R: super::super::key::RawKey, M>(
+    key: &Key<'_, M, R>,
+    params: B::Params,
+    stamp: Stamp,
+    on_change: OnChange,
+    now_ms: i64,
+) -> Option<Option<B::Penalized>> {
+    let mut across = Across::<B, R, M> {
+        key,
+        params,
+        stamp,
+        on_change,
+        now_ms,
     };
+    registry::find_algorithm(&mut across).flatten()
 }
-crate::registry!(across);
+
+/// [`across`]'s question to one algorithm.
+struct Across<'k, 'a, B: Checked, R, M> {
+    key: &'k Key<'a, M, R>,
+    params: B::Params,
+    stamp: Stamp,
+    on_change: OnChange,
+    now_ms: i64,
+}
+
+impl<B: Checked, R: super::super::key::RawKey, M> Each for Across<'_, '_, B, R, M> {
+    /// `None` when the key does not hold `A`'s extended form, else what
+    /// [`across`] answers.
+    type Out = Option<Option<Option<B::Penalized>>>;
+    fn algorithm<A: Listed>(&mut self) -> Self::Out {
+        let Holds::Sibling(extended) = self.key.holds_form::<A>() else {
+            return None;
+        };
+        if A::stamp_of(extended).policy != self.stamp.policy {
+            return Some(None);
+        }
+        if self.on_change == OnChange::Reset {
+            return Some(Some(None));
+        }
+        let (state, until_ms) = A::parts_ref(extended);
+        let next = migrated::<_, B>(state, self.params, self.now_ms, self.on_change);
+        Some(Some(Some(B::extended(until_ms, self.stamp, next))))
+    }
+}
 
 #[allow(clippy::too_many_arguments)]
 fn plan<'a, S: Store + 'a, B: Checked>(

@@ -18,7 +18,9 @@ use super::api::{buffer_ptr, rm};
 use super::ctx::Ctx;
 use super::server::now_ms;
 use super::server::opt_ctx_key;
-use crate::algorithms::State;
+use crate::algorithms::penalty::Penalized;
+use crate::algorithms::registry::{Line, Listed, ALGORITHMS, LINES};
+use crate::algorithms::{Registered, State};
 use crate::encoding::Horizon;
 use crate::log_throttle::{LogThrottle, Verdict};
 
@@ -31,7 +33,8 @@ pub const ENCODING_VERSION: i32 = 1;
 /// # Safety
 /// Every value Redis holds of [`TypedValue::redis_type`] is a `Box<Self>`:
 /// the type's callbacks are [`methods::<Self>`](methods), and no other Rust
-/// type names it. Implemented only by [`value_type!`].
+/// type names it. Implemented here only, each type at its own place in one
+/// static array of types.
 pub unsafe trait TypedValue: State + 'static {
     fn redis_type() -> &'static RedisType;
 
@@ -53,30 +56,122 @@ pub fn create(ctx: Ctx<'_>, ty: &RedisType) -> Result<(), String> {
     ty.create_data_type(ctx.raw()).map_err(str::to_string)
 }
 
-/// Makes `$ty` the values of a new Redis type named `$name` (nine
-/// characters): its static, with the callbacks of `$ty`.
-macro_rules! value_type {
-    ($ty:ty, $name:expr) => {
-        // SAFETY: the type's own static, made here with the callbacks of
-        // `$ty` and returned for `$ty` only.
-        unsafe impl $crate::redis::ffi::types::TypedValue for $ty {
-            fn redis_type() -> &'static redis_module::native_types::RedisType {
-                static TYPE: redis_module::native_types::RedisType =
-                    redis_module::native_types::RedisType::new(
-                        $name,
-                        $crate::redis::ffi::types::ENCODING_VERSION,
-                        $crate::redis::ffi::types::methods::<$ty>(),
-                    );
-                &TYPE
+/// The Redis data types, made from the registry: every type the module
+/// stores has its place in one static array, each algorithm's at its
+/// registry line, its penalized form's after them, then each other state's
+/// (see [`Slot`]), so that every algorithm's [`TypedValue`] is one generic
+/// impl, and so every algorithm of the registry is a stored type without an
+/// item of its own. The only per-line code of the Redis layer.
+macro_rules! redis_types {
+    (
+        algorithms { $($tag:literal $ty:ident: $module:ident, $name:literal, $type_name:literal $(, $more:tt)*;)* }
+        others { $($otag:literal $oty:ident: $omodule:ident, $oname:literal, $otype_name:literal $(, $omore:tt)*;)* }
+    ) => {
+        /// Every Redis data type the module stores, at its [`Slot`].
+        static TYPES: [RedisType; SLOTS] = [
+            $(RedisType::new(
+                <crate::algorithms::$module::$ty as Registered>::TYPE_NAME,
+                ENCODING_VERSION,
+                methods::<crate::algorithms::$module::$ty>(),
+            ),)*
+            $(RedisType::new(
+                <Penalized<crate::algorithms::$module::$ty> as Registered>::TYPE_NAME,
+                ENCODING_VERSION,
+                methods::<Penalized<crate::algorithms::$module::$ty>>(),
+            ),)*
+            $(RedisType::new(
+                <crate::algorithms::$omodule::$oty as Registered>::TYPE_NAME,
+                ENCODING_VERSION,
+                methods::<crate::algorithms::$omodule::$oty>(),
+            ),)*
+        ];
+
+        // The array above is in registry order: each line where its slot
+        // says, which is what makes the impls below (and the generic ones)
+        // sound.
+        const _: () = {
+            let mut line = 0;
+            $(assert!(<crate::algorithms::$module::$ty as Line>::LINE == line);
+            line += 1;)*
+            $(assert!(<crate::algorithms::$omodule::$oty as Line>::LINE == line);
+            line += 1;)*
+            assert!(line == LINES);
+        };
+
+        $(// SAFETY: the slot of this type in `TYPES`, made with its callbacks.
+        #[allow(clippy::indexing_slicing)] // `Slot::AT` is in range: checked at compile time.
+        unsafe impl TypedValue for crate::algorithms::$omodule::$oty {
+            #[inline]
+            fn redis_type() -> &'static RedisType {
+                &TYPES[Slot::<Self, false>::AT]
             }
-            fn held() -> &'static std::sync::atomic::AtomicU64 {
-                static HELD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-                &HELD
+            #[inline]
+            fn held() -> &'static AtomicU64 {
+                &HELD[Slot::<Self, false>::AT]
             }
-        }
+        })*
     };
 }
-pub(crate) use value_type;
+crate::registry!(redis_types);
+
+/// How many Redis data types the module stores: one per line, and one more
+/// for each algorithm (its penalized form).
+const SLOTS: usize = LINES + ALGORITHMS;
+
+/// The place in `TYPES` (and `HELD`) of the type of the registry line
+/// `L`'s state, or (`PENALIZED`) of the algorithm's penalized form.
+struct Slot<L, const PENALIZED: bool>(std::marker::PhantomData<L>);
+
+impl<L: Line, const PENALIZED: bool> Slot<L, PENALIZED> {
+    /// Evaluated at compile time for each type that uses it, so a slot out
+    /// of range stops the build, and indexing with it cannot panic.
+    const AT: usize = {
+        let at = if PENALIZED || L::LINE >= ALGORITHMS {
+            L::LINE + ALGORITHMS
+        } else {
+            L::LINE
+        };
+        assert!(at < SLOTS, "a registry line beyond the types");
+        at
+    };
+}
+
+/// How many values of each type Redis holds (see [`TypedValue::held`]).
+static HELD: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+
+// SAFETY: the slot of the algorithm's type in `TYPES`, made with its
+// callbacks.
+#[allow(clippy::indexing_slicing)] // `Slot::AT` is in range: checked at compile time.
+unsafe impl<A: Listed> TypedValue for A {
+    #[inline]
+    fn redis_type() -> &'static RedisType {
+        &TYPES[Slot::<A, false>::AT]
+    }
+    #[inline]
+    fn held() -> &'static AtomicU64 {
+        &HELD[Slot::<A, false>::AT]
+    }
+}
+
+// SAFETY: the slot of the algorithm's penalized type in `TYPES`, made with
+// the callbacks of `Penalized<A>`.
+#[allow(clippy::indexing_slicing)] // `Slot::AT` is in range: checked at compile time.
+unsafe impl<A: Listed> TypedValue for Penalized<A> {
+    #[inline]
+    fn redis_type() -> &'static RedisType {
+        &TYPES[Slot::<A, true>::AT]
+    }
+    #[inline]
+    fn held() -> &'static AtomicU64 {
+        &HELD[Slot::<A, true>::AT]
+    }
+}
+
+/// Every type the module stores, to create at load time: each algorithm's,
+/// each penalized form's, then the others'.
+pub fn every_type() -> &'static [RedisType] {
+    &TYPES
+}
 
 /// The callbacks of the Redis type whose values are `A`s.
 pub const fn methods<A: TypedValue>() -> raw::RedisModuleTypeMethods {
