@@ -194,7 +194,7 @@ impl State for LeakyBucket {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::testkit::call;
+    use crate::algorithms::testkit::{call, stored_and_new_when_fresh};
     use crate::algorithms::{ms_to_ns, MAX_AMOUNT, MAX_TIMESTAMP_MS};
     use proptest::prelude::*;
 
@@ -529,17 +529,11 @@ mod tests {
         ) {
             let capacity = 1 + seed % (1u64 << bits).min(MAX_AMOUNT);
             let p = params(capacity, mantissa * 10f64.powi(exp));
-            let cost = |part: f64| ((capacity as f64 * part) as u64).clamp(1, capacity);
-            let mut s = None;
-            call(&mut s, p, T0, cost(first), Mode::Take);
-            if let Some((after_ms, part)) = later {
-                call(&mut s, p, T0 + after_ms, cost(part), Mode::Take);
+            let answers = stored_and_new_when_fresh(p, capacity, T0, first, later);
+            prop_assume!(answers.is_some());
+            if let Some((stored, new)) = answers {
+                prop_assert_eq!(summary(stored), summary(new));
             }
-            let fresh_at_ms = s.as_ref().map(State::fresh_at_ms).unwrap_or(T0);
-            prop_assume!(fresh_at_ms < MAX_TIMESTAMP_MS);
-            let stored = call(&mut s, p, fresh_at_ms, capacity, Mode::Peek);
-            let new = call(&mut None, p, fresh_at_ms, capacity, Mode::Peek);
-            prop_assert_eq!(summary(stored), summary(new));
         }
     }
 }

@@ -32,6 +32,33 @@ pub fn call<P: StateOf>(
     decision
 }
 
+/// The answers to a peek of the whole `limit` at the moment the state left
+/// by a take of part `first` of `limit` at `t0` (then, when `later` says, of
+/// another part some ms after) is as good as new, from that state and from
+/// a new key: the two an algorithm's `fresh_at_ms` promises are the same.
+/// `None` when that moment is the last a state can carry.
+pub fn stored_and_new_when_fresh<P: StateOf + Copy>(
+    params: P,
+    limit: u64,
+    t0: i64,
+    first: f64,
+    later: Option<(i64, f64)>,
+) -> Option<(Decision, Decision)> {
+    let cost = |part: f64| ((limit as f64 * part) as u64).clamp(1, limit);
+    let mut s = None;
+    call(&mut s, params, t0, cost(first), Mode::Take);
+    if let Some((after_ms, part)) = later {
+        call(&mut s, params, t0 + after_ms, cost(part), Mode::Take);
+    }
+    let fresh_at_ms = s.as_ref().map(State::fresh_at_ms).unwrap_or(t0);
+    if fresh_at_ms >= super::MAX_TIMESTAMP_MS {
+        return None;
+    }
+    let stored = call(&mut s, params, fresh_at_ms, limit, Mode::Peek);
+    let new = call(&mut None, params, fresh_at_ms, limit, Mode::Peek);
+    Some((stored, new))
+}
+
 /// The state's body, without its tag.
 pub fn encode_body<A: State>(state: &A) -> Vec<u8> {
     let mut buf = Vec::new();
