@@ -28,7 +28,8 @@
 # RL_MODULE (a module already built, to profile instead of building one:
 # e.g. an older build, to compare), MODULE_ARGS (settings after the module's
 # path, e.g. "expiry-slack 0"), PROFILE_ALL=1 (every check command, not only
-# the token bucket and the sliding counter).
+# the token bucket and the sliding counter), PROFILE_ONLY (workload names,
+# space-separated: only those).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -129,6 +130,19 @@ if [ "${PROFILE_GUARD:-1}" != 0 ]; then
     "g-gcra|RL.GCRA g:gcra:__rand_int__ 99 1 1h"
     "g-cl.throttle|CL.THROTTLE g:cl:__rand_int__ 99 1 3600"
   )
+fi
+# PROFILE_ONLY="floor g-tokenbucket": only the workloads named (to look at
+# a few commands quickly; the guard then checks only those).
+if [ -n "${PROFILE_ONLY:-}" ]; then
+  if [ "${PROFILE_GUARD:-1}" = write ]; then
+    echo "profile: PROFILE_GUARD=write rewrites every figure: not with PROFILE_ONLY" >&2
+    exit 2
+  fi
+  only=()
+  for entry in "${commands[@]}"; do
+    case " $PROFILE_ONLY " in *" ${entry%%|*} "*) only+=("$entry") ;; esac
+  done
+  commands=("${only[@]}")
 fi
 for entry in "${commands[@]}"; do
   name=${entry%%|*}
