@@ -8,6 +8,7 @@ use super::ffi::{Ctx, KeyName, Status};
 use super::replicate::Run;
 use super::request::Request;
 use super::sketch;
+use super::stats::Counter;
 use crate::algorithms::partial::Grant;
 use crate::algorithms::Decision;
 use crate::algorithms::Mode;
@@ -148,6 +149,44 @@ pub fn answer(run: &Run<'_>, request: &Request, keys: &[KeyName<'_>], outcome: &
     }
 }
 
+/// [`answer`] of one key's decision (a plain check's: see
+/// `super::respond::respond_plain`): counted on `counter`, its denial
+/// announced on `key`, replied by `reply` (allowed when `shadow`).
+#[inline(always)]
+pub fn answer_one(
+    ctx: Ctx<'_>,
+    counter: &Counter,
+    key: KeyName<'_>,
+    shadow: bool,
+    decision: &Decision,
+    reply: fn(Ctx<'_>, &Decision) -> Status,
+) -> Status {
+    counter.count(decision.allowed, shadow);
+    if !decision.allowed {
+        denied_one(ctx, key, shadow);
+        if shadow {
+            return reply(
+                ctx,
+                &Decision {
+                    allowed: true,
+                    ..*decision
+                },
+            );
+        }
+    }
+    reply(ctx, decision)
+}
+
+/// A denial announced on `key` (`deny-events`) and, unless `shadow`,
+/// counted for `RL.TOP`.
+#[cold]
+fn denied_one(ctx: Ctx<'_>, key: KeyName<'_>, shadow: bool) {
+    on_denied(ctx, key, shadow);
+    if !shadow {
+        sketch::denied(key);
+    }
+}
+
 /// Counts a decided request and announces its denial, as [`answer`] does,
 /// for an answer replied later (a waiter's).
 pub fn tally(ctx: Ctx<'_>, request: &Request, keys: &[KeyName<'_>], outcome: &Outcome) {
@@ -182,7 +221,7 @@ fn tally_as(
 }
 
 /// The reply of a check: the five integers, and a leaky bucket's delay.
-fn reply_decision(ctx: Ctx<'_>, d: &Decision) -> Status {
+pub fn reply_decision(ctx: Ctx<'_>, d: &Decision) -> Status {
     match d.delay_ms {
         None => ctx.reply_integers(&five(d)),
         Some(delay_ms) => reply_five_then(ctx, d, || {

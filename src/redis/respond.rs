@@ -3,14 +3,17 @@
 //! request to [`respond`], which queues it behind waiters or decides it,
 //! propagates what it changed, has it wait (`BLOCK`) or answers it.
 
+use super::engine::check::apply;
 use super::engine::decide::decide;
-use super::ffi::{Args, KeyName, Status};
+use super::engine::Checked;
+use super::ffi::{Args, Ctx, KeyName, Status};
 use super::key::KeyToken;
-use super::outcome::answer;
+use super::outcome::{answer, answer_one};
 use super::replicate::Run;
 use super::request::Request;
+use super::stats::Counter;
 use super::waiters;
-use crate::algorithms::Mode;
+use crate::algorithms::{Decision, Mode};
 
 /// From a client's command to its reply: a request that takes is queued
 /// behind the clients already waiting on its keys (`BLOCK`): with `BLOCK` it
@@ -49,4 +52,71 @@ pub fn respond(run: &Run<'_>, args: &Args<'_>, request: Request, keys: &[KeyName
         }
     }
     answer(run, &request, keys, &outcome)
+}
+
+/// A plain request of one key (`Plain::of` said it is: it takes, waits for
+/// nothing, asks no partial grant) of the algorithm `A`: what [`respond`]
+/// does with it, on a straight path that knows its algorithm and its
+/// options, with no [`Request`] or `Outcome` to build and match again.
+/// The caller made sure no client waits on the key (`waiters::queued`):
+/// then [`respond`] would decide it, propagate what it changed, and count,
+/// announce and answer it, as here.
+#[inline(always)]
+pub fn respond_plain<A: Checked>(
+    run: &Run<'_>,
+    args: &Args<'_>,
+    key: KeyName<'_>,
+    params: A::Params,
+    plain: Plain,
+    reply: fn(Ctx<'_>, &Decision) -> Status,
+) -> Status {
+    let ctx = run.ctx;
+    let token = &mut KeyToken::of(ctx);
+    let decided = apply::<Run<'_>, A>(
+        run,
+        token,
+        key,
+        params,
+        plain.cost,
+        Mode::Take,
+        plain.penalty_ms,
+        None,
+    );
+    run.propagate(Some(args), None);
+    match decided {
+        Ok(decision) => answer_one(ctx, plain.counter, key, plain.shadow, &decision, reply),
+        Err(error) => ctx.reply_error(&error),
+    }
+}
+
+/// What [`respond_plain`] needs of a plain request's options.
+#[derive(Clone, Copy)]
+pub struct Plain {
+    pub cost: u64,
+    /// `PENALTY`'s, unless in `SHADOW` mode (`super::engine::penalty_of`).
+    pub penalty_ms: Option<u64>,
+    pub shadow: bool,
+    /// The command's line in `INFO ratelimit`.
+    pub counter: &'static Counter,
+}
+
+impl Plain {
+    /// The check of `options`, counted on `counter`, when it is plain: it
+    /// takes (no `PEEK`), waits for nothing (no `BLOCK`) and asks no partial
+    /// grant (no `UPTO`), and no client waits on `key` before it.
+    #[inline(always)]
+    pub fn of(
+        ctx: Ctx<'_>,
+        key: KeyName<'_>,
+        options: &crate::parse::CheckOptions,
+        counter: &'static Counter,
+    ) -> Option<Plain> {
+        let plain = !options.peek && !options.upto && options.block_ms.is_none();
+        (plain && !waiters::queued(ctx, &[key])).then(|| Plain {
+            cost: options.cost,
+            penalty_ms: super::engine::penalty_of(options),
+            shadow: options.shadow,
+            counter,
+        })
+    }
 }

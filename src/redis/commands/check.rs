@@ -5,12 +5,17 @@
 
 use super::super::engine::Checked;
 use super::super::ffi::{command, Args, Ctx, Status, Words};
+use super::super::outcome::reply_decision;
 use super::super::replicate::Run;
 use super::super::request::Request;
-use super::super::respond::respond;
+use super::super::respond::{respond, respond_plain, Plain};
+use super::super::stats;
+use super::super::waiters;
+use crate::algorithms::gcra::Gcra;
+use crate::algorithms::Mode;
 use crate::error::CommandError;
 use crate::parse::{self, IntoTier};
-use crate::redis_cell::cl_throttle;
+use crate::redis_cell::{cl_throttle, cl_throttle_reply};
 use crate::replay::Command;
 
 command! {
@@ -22,7 +27,15 @@ fn check_reply<A: Checked>(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     let run = Run::live(ctx, Command::Check(A::TAG), 2);
     let mut words = Words::none();
     args.fill_from(2, &mut words);
-    let request = parse::check_args::<A::Params>(&words).map(|(params, options)| Request::Check {
+    let parsed = parse::check_args::<A::Params>(&words);
+    // The plain check (no PEEK, BLOCK or UPTO, no waiter before it): its
+    // straight path, which knows its algorithm.
+    if let (Some(key), Ok((params, options))) = (args.key(1), &parsed) {
+        if let Some(plain) = Plain::of(ctx, key, options, A::counter()) {
+            return respond_plain::<A>(&run, args, key, *params, plain, reply_decision);
+        }
+    }
+    let request = parsed.map(|(params, options)| Request::Check {
         tier: params.into_tier(),
         options,
     });
@@ -48,8 +61,22 @@ fn cl_throttle_reply_to(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     let run = Run::live(ctx, Command::ClThrottle, 2);
     let mut words = Words::none();
     args.fill_from(2, &mut words);
-    let request = cl_throttle(&words).map(Request::Throttle);
-    one_key(&run, args, request)
+    let parsed = cl_throttle(&words);
+    // A quantity taken, no waiter before it: the plain check's straight path.
+    if let (Some(key), Ok(throttle)) = (args.key(1), &parsed) {
+        if throttle.mode == Mode::Take && !waiters::queued(ctx, &[key]) {
+            let plain = Plain {
+                cost: throttle.cost,
+                penalty_ms: None,
+                shadow: false,
+                counter: &stats::CL_THROTTLE,
+            };
+            return respond_plain::<Gcra>(&run, args, key, throttle.params, plain, |ctx, d| {
+                ctx.reply_integers(&cl_throttle_reply(d))
+            });
+        }
+    }
+    one_key(&run, args, parsed.map(Request::Throttle))
 }
 
 command! {
