@@ -411,6 +411,7 @@ impl<R: RawKey> Key<'_, Write, R> {
     /// expiry in the band it had (at most `before_ms + slack_ms`) valid, so
     /// the expiry is set without being read first: a lookup saved on every
     /// check that must move it anyway.
+    #[inline]
     pub fn settle_expiry_moved(&mut self, before_ms: i64, after_ms: i64, slack_ms: u32) -> bool {
         if after_ms.saturating_sub(before_ms) > i64::from(slack_ms) {
             self.expire_fresh(after_ms, slack_ms);
@@ -430,6 +431,7 @@ pub struct HeldRef<'k, A> {
 
 impl<A: Stored> HeldRef<'_, A> {
     /// When the key is as good as new: its state fresh, its penalty over.
+    #[inline]
     pub fn fresh_at_ms(&self) -> i64 {
         let fresh_at_ms = self.state.fresh_at_ms();
         self.until_ms
@@ -446,6 +448,7 @@ pub struct Held<'k, A> {
 
 impl<A: Stored> Held<'_, A> {
     /// When the key is as good as new: its state fresh, its penalty over.
+    #[inline]
     pub fn fresh_at_ms(&self) -> i64 {
         let fresh_at_ms = self.state.fresh_at_ms();
         self.until_ms
