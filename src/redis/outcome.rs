@@ -76,7 +76,7 @@ impl Outcome {
     /// leaky bucket's without a delay (it joined no queue). The request
     /// took nothing: a denial never does.
     pub fn shadowed(self) -> Outcome {
-        let allow = |d: Decision| Decision { allowed: true, ..d };
+        let allow = allowed;
         match self {
             Outcome::Decision(d) => Outcome::Decision(allow(d)),
             Outcome::Throttle(d) => Outcome::Throttle(allow(d)),
@@ -163,24 +163,18 @@ pub fn answer_one(
 ) -> Status {
     counter.count(decision.allowed, shadow);
     if !decision.allowed {
-        denied_one(ctx, key, shadow);
+        announce_denied(ctx, key, shadow);
         if shadow {
-            return reply(
-                ctx,
-                &Decision {
-                    allowed: true,
-                    ..*decision
-                },
-            );
+            return reply(ctx, &allowed(*decision));
         }
     }
     reply(ctx, decision)
 }
 
 /// A denial announced on `key` (`deny-events`) and, unless `shadow`,
-/// counted for `RL.TOP`.
+/// counted for `RL.TOP`: for each key that denied.
 #[cold]
-fn denied_one(ctx: Ctx<'_>, key: KeyName<'_>, shadow: bool) {
+fn announce_denied(ctx: Ctx<'_>, key: KeyName<'_>, shadow: bool) {
     on_denied(ctx, key, shadow);
     if !shadow {
         sketch::denied(key);
@@ -211,12 +205,18 @@ fn tally_as(
         }
         if !allowed {
             for key in outcome.denying(keys) {
-                on_denied(ctx, key, shadow);
-                if !shadow {
-                    sketch::denied(key);
-                }
+                announce_denied(ctx, key, shadow);
             }
         }
+    }
+}
+
+/// `decision`, allowed: what a `SHADOW` request is answered (see
+/// [`Outcome::shadowed`]).
+fn allowed(decision: Decision) -> Decision {
+    Decision {
+        allowed: true,
+        ..decision
     }
 }
 
