@@ -8,6 +8,7 @@ use crate::words::syntax::{Kind, Word};
 use crate::words::values::{amount, duration_ms, is_rate, rate, MAX_AMOUNT, MAX_DURATION_MS};
 
 /// `capacity rate`, the words of both bucket commands.
+#[inline]
 pub fn capacity_and_rate(words: &[&[u8]]) -> Result<(u64, f64), CommandError> {
     let [capacity, rate_per_s] = words else {
         return Err(CommandError::Arity);
@@ -28,6 +29,7 @@ pub fn check_capacity_and_rate(capacity: u64, rate_per_s: f64) -> Result<(), &'s
 }
 
 /// `limit window`, the words of the window commands.
+#[inline]
 pub fn limit_and_window(words: &[&[u8]]) -> Result<(u64, u64), CommandError> {
     let [limit, window] = words else {
         return Err(CommandError::Arity);

@@ -3,6 +3,7 @@
 
 use std::ffi::{c_char, c_int};
 use std::marker::PhantomData;
+use std::mem::MaybeUninit;
 
 use redis_module::raw;
 
@@ -104,8 +105,10 @@ impl<'a> Args<'a> {
         let count = self.argc.saturating_sub(from);
         if count <= INLINE_WORDS {
             for (slot, i) in words.inline.iter_mut().zip(from..self.argc) {
-                *slot = self.bytes(i).unwrap_or_default();
+                slot.write(self.bytes(i).unwrap_or_default());
             }
+            // The first `count` slots are written (the zip stops at the
+            // shorter: `count` arguments, within `INLINE_WORDS` slots).
             words.len = count;
         } else {
             words.spilled = (from..self.argc).filter_map(|i| self.bytes(i)).collect();
@@ -120,16 +123,20 @@ const INLINE_WORDS: usize = 12;
 /// Argument bytes, as a slice (`Deref`), without a heap allocation for the
 /// usual short commands.
 pub struct Words<'a> {
-    inline: [&'a [u8]; INLINE_WORDS],
+    /// The first `len` slots are written (only [`Args::fill_from`] writes
+    /// them); the others are never read. Left unwritten when made: writing
+    /// every slot of the array cost a check about 28 instructions.
+    inline: [MaybeUninit<&'a [u8]>; INLINE_WORDS],
     len: usize,
     spilled: Vec<&'a [u8]>,
 }
 
 impl Words<'_> {
     /// No words, to be filled ([`Args::fill_from`]).
+    #[inline(always)]
     pub fn none() -> Self {
         Self {
-            inline: [&[]; INLINE_WORDS],
+            inline: [MaybeUninit::uninit(); INLINE_WORDS],
             len: 0,
             spilled: Vec::new(),
         }
@@ -139,9 +146,13 @@ impl Words<'_> {
 impl<'a> std::ops::Deref for Words<'a> {
     type Target = [&'a [u8]];
 
+    #[inline(always)]
     fn deref(&self) -> &Self::Target {
         if self.spilled.is_empty() {
-            self.inline.get(..self.len).unwrap_or_default()
+            let len = self.len.min(INLINE_WORDS);
+            // SAFETY: the first `len` slots are written (see `inline`), and
+            // a `MaybeUninit<T>` has the layout of a `T`.
+            unsafe { std::slice::from_raw_parts(self.inline.as_ptr().cast::<&'a [u8]>(), len) }
         } else {
             &self.spilled
         }
@@ -149,9 +160,14 @@ impl<'a> std::ops::Deref for Words<'a> {
 }
 
 impl std::ops::DerefMut for Words<'_> {
+    #[inline(always)]
     fn deref_mut(&mut self) -> &mut Self::Target {
         if self.spilled.is_empty() {
-            self.inline.get_mut(..self.len).unwrap_or_default()
+            let len = self.len.min(INLINE_WORDS);
+            // SAFETY: as in `deref`; borrowed mutably from `self`.
+            unsafe {
+                std::slice::from_raw_parts_mut(self.inline.as_mut_ptr().cast::<&[u8]>(), len)
+            }
         } else {
             &mut self.spilled
         }
