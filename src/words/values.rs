@@ -1055,8 +1055,12 @@ mod same_as_before {
         );
         let (new, old) = (rate(word, "rate"), before::rate(word, "rate"));
         prop_assert_eq!(
-            new.as_ref().map(|v| v.to_bits()).map_err(CommandError::text),
-            old.as_ref().map(|v| v.to_bits()).map_err(CommandError::text)
+            new.as_ref()
+                .map(|v| v.to_bits())
+                .map_err(CommandError::text),
+            old.as_ref()
+                .map(|v| v.to_bits())
+                .map_err(CommandError::text)
         );
         prop_assert_eq!(
             number(word).map(f64::to_bits),
@@ -1073,7 +1077,10 @@ mod same_as_before {
         prop_assert_eq!(whole_number(word), before::whole_number(word));
         for (range, accepted) in [
             (i64::MIN..=i64::MAX, "an integer"),
-            (0..=MAX_AMOUNT as i64 - 1, "an integer from 0 to 9007199254740990"),
+            (
+                0..=MAX_AMOUNT as i64 - 1,
+                "an integer from 0 to 9007199254740990",
+            ),
             (1..=1000, "from 1 to 1000"),
             (-5..=5, "from -5 to 5"),
         ] {

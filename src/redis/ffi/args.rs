@@ -165,9 +165,7 @@ impl std::ops::DerefMut for Words<'_> {
         if self.spilled.is_empty() {
             let len = self.len.min(INLINE_WORDS);
             // SAFETY: as in `deref`; borrowed mutably from `self`.
-            unsafe {
-                std::slice::from_raw_parts_mut(self.inline.as_mut_ptr().cast::<&[u8]>(), len)
-            }
+            unsafe { std::slice::from_raw_parts_mut(self.inline.as_mut_ptr().cast::<&[u8]>(), len) }
         } else {
             &mut self.spilled
         }
