@@ -19,10 +19,19 @@ pub fn amount(arg: &[u8], name: &str) -> Result<u64, CommandError> {
     // The plain form, read in place: a limit is parsed on every check. Any
     // other word, or one out of range, takes the whole reading (which
     // reads a plain one again, to the same value, and refuses it).
-    match plain_digits(arg, 16) {
-        Some(value) if (1..=MAX_AMOUNT).contains(&value) => Ok(value),
-        _ => amount_in_any_form(arg, name),
+    match plain_amount(arg) {
+        Some(value) => Ok(value),
+        None => amount_in_any_form(arg, name),
     }
+}
+
+/// [`amount`] of a word in the plain form (up to 16 digits, nothing else)
+/// and in range; `None` for any other word, which [`amount`] reads in
+/// full. For parsers that read their words' plain forms first and all of
+/// them in full only when one is not (so their common path calls nothing).
+#[inline(always)]
+pub fn plain_amount(arg: &[u8]) -> Option<u64> {
+    plain_digits(arg, 16).filter(|value| (1..=MAX_AMOUNT).contains(value))
 }
 
 /// [`amount`] in full: every form, and the refusals.
@@ -90,10 +99,18 @@ pub fn whole_in(
     // The plain form (`99`, `-3`), read in place: GCRA's burst and
     // `CL.THROTTLE`'s numbers are parsed on every check. Any other word,
     // or one out of range, takes the whole reading.
-    match plain_whole(arg) {
-        Some(value) if range.contains(&value) => Ok(value),
-        _ => whole_in_any_form(arg, name, range, accepted),
+    match plain_whole_in(arg, &range) {
+        Some(value) => Ok(value),
+        None => whole_in_any_form(arg, name, range, accepted),
     }
+}
+
+/// [`whole_in`] of a word in the plain form (an optional `-` and up to 18
+/// digits) and in `range`; `None` for any other word (see
+/// [`plain_amount`]).
+#[inline(always)]
+pub fn plain_whole_in(arg: &[u8], range: &std::ops::RangeInclusive<i64>) -> Option<i64> {
+    plain_whole(arg).filter(|value| range.contains(value))
 }
 
 /// [`whole_in`] in full: every form, and the refusals.
@@ -342,24 +359,39 @@ fn short_decimal(text: &[u8]) -> Option<f64> {
     if text.len() > 15 {
         return None;
     }
+    // The digits before the point, then those after it: two plain loops,
+    // no state carried from byte to byte but the value.
     let mut mantissa: u64 = 0;
-    let mut digits = 0usize;
-    let mut point_at: Option<usize> = None;
-    for &b in text {
-        let digit = b.wrapping_sub(b'0');
-        if digit <= 9 {
-            mantissa = mantissa * 10 + u64::from(digit);
-            digits += 1;
-        } else if b == b'.' && point_at.is_none() {
-            point_at = Some(digits);
-        } else {
-            return None;
+    let mut rest = text;
+    while let [byte, after @ ..] = rest {
+        let digit = byte.wrapping_sub(b'0');
+        if digit > 9 {
+            break;
         }
+        mantissa = mantissa * 10 + u64::from(digit);
+        rest = after;
     }
-    if digits == 0 {
+    let after_point = match rest {
+        [] => 0,
+        [b'.', fraction @ ..] => {
+            for &byte in fraction {
+                let digit = byte.wrapping_sub(b'0');
+                if digit > 9 {
+                    return None;
+                }
+                mantissa = mantissa * 10 + u64::from(digit);
+            }
+            // No digit at all (`.`, or nothing): not a number.
+            if text.len() == 1 {
+                return None;
+            }
+            fraction.len()
+        }
+        _ => return None,
+    };
+    if text.is_empty() {
         return None;
     }
-    let after_point = point_at.map_or(0, |at| digits - at);
     EXACT_POWERS_OF_TEN
         .get(after_point)
         .map(|power| mantissa as f64 / power)
@@ -400,10 +432,18 @@ pub fn rate(arg: &[u8], name: &str) -> Result<f64, CommandError> {
     // A short plain decimal (`0.01`, `10`), read in place: a rate is parsed
     // on every check. Any other word, or a value that is no rate, takes
     // the whole reading (the same value, from the same fast path).
-    match short_decimal(arg) {
-        Some(value) if is_rate(value) => Ok(value),
-        _ => rate_in_any_form(arg, name),
+    match plain_rate(arg) {
+        Some(value) => Ok(value),
+        None => rate_in_any_form(arg, name),
     }
+}
+
+/// [`rate`] of a short plain decimal (up to 15 bytes of digits and at most
+/// one point) that is a rate; `None` for any other word (see
+/// [`plain_amount`]).
+#[inline(always)]
+pub fn plain_rate(arg: &[u8]) -> Option<f64> {
+    short_decimal(arg).filter(|&value| is_rate(value))
 }
 
 /// [`rate`] in full: every form, and the refusals.
@@ -452,10 +492,11 @@ fn unit_of(arg: &[u8]) -> (&[u8], u64) {
     }
 }
 
-/// A duration of plain digits (up to 15) and an optional unit, in ms, when
-/// it is in range (1 ms to 366 days); `None` for any other word.
+/// [`duration_ms`] of plain digits (up to 15) and an optional unit, when
+/// in range (1 ms to 366 days); `None` for any other word (see
+/// [`plain_amount`]).
 #[inline(always)]
-fn plain_duration_ms(arg: &[u8]) -> Option<u64> {
+pub fn plain_duration_ms(arg: &[u8]) -> Option<u64> {
     let (number, unit_ms) = unit_of(arg);
     plain_digits(number, 15)?
         .checked_mul(unit_ms)

@@ -122,13 +122,18 @@ const INLINE_WORDS: usize = 12;
 
 /// Argument bytes, as a slice (`Deref`), without a heap allocation for the
 /// usual short commands.
+///
+/// Laid out in the order written (`repr(C)`), the unwritten slots last: when
+/// the compiler may place them between fields it writes (as it may in
+/// Rust's own layout), it zeroes them all with those fields, in one go.
+#[repr(C)]
 pub struct Words<'a> {
+    len: usize,
+    spilled: Vec<&'a [u8]>,
     /// The first `len` slots are written (only [`Args::fill_from`] writes
     /// them); the others are never read. Left unwritten when made: writing
     /// every slot of the array cost a check about 28 instructions.
     inline: [MaybeUninit<&'a [u8]>; INLINE_WORDS],
-    len: usize,
-    spilled: Vec<&'a [u8]>,
 }
 
 impl Words<'_> {
