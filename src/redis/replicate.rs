@@ -160,7 +160,7 @@ impl<'a> Run<'a> {
             }
         };
         let Some((args, word)) =
-            args.and_then(|args| Some((args, glue_word.or_else(|| args.bytes(glue_at))?)))
+            args.and_then(|args| Some((args, glue_word.or_else(|| args.bytes_read(glue_at))?)))
         else {
             return;
         };

@@ -1,6 +1,7 @@
 //! A command's arguments ([`Args`]) and key names ([`KeyName`]): Redis
 //! string objects, read in place for as long as they live.
 
+use std::cell::Cell;
 use std::ffi::{c_char, c_int};
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
@@ -41,6 +42,11 @@ impl<'a> KeyName<'a> {
 pub struct Args<'a> {
     argv: *mut *mut raw::RedisModuleString,
     argc: usize,
+    /// The first argument [`Args::fill_from`] read: its index (`usize::MAX`
+    /// when none), where its bytes are and how many, read again without
+    /// asking Redis ([`Args::bytes_read`]). Held as a pointer, not a
+    /// `&'a [u8]`, so that `Args` stays covariant in `'a`.
+    first_read: Cell<(usize, *const u8, usize)>,
     life: PhantomData<&'a raw::RedisModuleString>,
 }
 
@@ -51,6 +57,7 @@ impl<'a> Args<'a> {
         Self {
             argv,
             argc: usize::try_from(argc).unwrap_or(0),
+            first_read: Cell::new((usize::MAX, std::ptr::null(), 0)),
             life: PhantomData,
         }
     }
@@ -71,6 +78,19 @@ impl<'a> Args<'a> {
     /// The `i`th argument's bytes.
     pub fn bytes(&self, i: usize) -> Option<&'a [u8]> {
         self.key(i).map(KeyName::bytes)
+    }
+
+    /// [`Args::bytes`], without asking Redis again for the first argument
+    /// [`Args::fill_from`] read (the word a replay glues its header to,
+    /// read by the parser first: a check's propagation asks for it).
+    #[inline(always)]
+    pub fn bytes_read(&self, i: usize) -> Option<&'a [u8]> {
+        match self.first_read.get() {
+            // SAFETY: the bytes of argument `at`, read by `fill_from` from
+            // the string object, which lives for `'a` unchanged.
+            (at, ptr, len) if at == i => Some(unsafe { std::slice::from_raw_parts(ptr, len) }),
+            _ => self.bytes(i),
+        }
     }
 
     /// Puts `new` in place of the `i`th argument and returns the old one.
@@ -106,6 +126,11 @@ impl<'a> Args<'a> {
         if count <= INLINE_WORDS {
             for (slot, i) in words.inline.iter_mut().zip(from..self.argc) {
                 slot.write(self.bytes(i).unwrap_or_default());
+            }
+            if let Some(first) = words.inline.first().filter(|_| count > 0) {
+                // SAFETY: written just above (`count` > 0 slots).
+                let first = unsafe { first.assume_init() };
+                self.first_read.set((from, first.as_ptr(), first.len()));
             }
             // The first `count` slots are written (the zip stops at the
             // shorter: `count` arguments, within `INLINE_WORDS` slots).

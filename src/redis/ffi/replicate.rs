@@ -158,7 +158,7 @@ fn glued_string<const N: usize>(head: &[u8; N], word: &[u8]) -> *mut raw::RedisM
     let last = unsafe { &mut *LAST_GLUED.0.get() };
     if !last.string.is_null()
         && last.bytes.len() == N + word.len()
-        && last.bytes.first_chunk::<N>() == Some(head)
+        && same_bytes(last.bytes.get(..N).unwrap_or_default(), head)
         && same_bytes(last.bytes.get(N..).unwrap_or_default(), word)
     {
         return last.string;
