@@ -138,7 +138,7 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
         0 => true,
         // The first, middle and last bytes cover every byte of 1 to 3.
         1..=3 => {
-            a.get(0) == b.get(0) && a.get(n / 2) == b.get(n / 2) && a.get(n - 1) == b.get(n - 1)
+            a.first() == b.first() && a.get(n / 2) == b.get(n / 2) && a.get(n - 1) == b.get(n - 1)
         }
         // Two overlapping words cover them all.
         4..=7 => u32_at(a, 0) == u32_at(b, 0) && u32_at(a, n - 4) == u32_at(b, n - 4),
