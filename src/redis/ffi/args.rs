@@ -124,8 +124,22 @@ impl<'a> Args<'a> {
     pub fn fill_from(&self, from: usize, words: &mut Words<'a>) {
         let count = self.argc.saturating_sub(from);
         if count <= INLINE_WORDS {
+            // The API function looked up once, not once a word.
+            let ptr_len = rm!(RedisModule_StringPtrLen);
             for (slot, i) in words.inline.iter_mut().zip(from..self.argc) {
-                slot.write(self.bytes(i).unwrap_or_default());
+                let mut len = 0usize;
+                // SAFETY: `i` < `argc` (the range's end), so `argv` holds a
+                // live string object there for `'a`; Redis returns a pointer
+                // to its `len` bytes (as in `string_bytes`).
+                let bytes = unsafe {
+                    let ptr = ptr_len(*self.argv.add(i), &mut len);
+                    if ptr.is_null() {
+                        &[]
+                    } else {
+                        std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+                    }
+                };
+                slot.write(bytes);
             }
             if let Some(first) = words.inline.first().filter(|_| count > 0) {
                 // SAFETY: written just above (`count` > 0 slots).
