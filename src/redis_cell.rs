@@ -7,6 +7,7 @@
 use crate::algorithms::gcra::GcraParams;
 use crate::algorithms::{Decision, Mode, MAX_AMOUNT, MAX_DURATION_MS};
 use crate::error::CommandError;
+use crate::words::values::plain_whole_in;
 
 /// A signed 64-bit integer, as redis-cell reads its arguments (their
 /// ranges are checked by [`cl_throttle_args`]), in any decimal form whose
@@ -17,6 +18,31 @@ fn integer(arg: &[u8], name: &str) -> Result<i64, CommandError> {
 
 /// `CL.THROTTLE key max_burst count period [quantity]`, after the key.
 pub fn cl_throttle(args: &[&[u8]]) -> Result<ClThrottleArgs, CommandError> {
+    // Every number in its plain form, read in place (a check parses them
+    // on every call); any other word, in full, with its refusal. Either
+    // way the integers are then checked in the same order.
+    let any = i64::MIN..=i64::MAX;
+    let quantity = match args {
+        [_, _, _] => Some(1),
+        [_, _, _, q] => plain_whole_in(q, &any),
+        _ => None,
+    };
+    if let ([b, c, p, ..], Some(quantity)) = (args, quantity) {
+        if let (Some(max_burst), Some(count), Some(period)) = (
+            plain_whole_in(b, &any),
+            plain_whole_in(c, &any),
+            plain_whole_in(p, &any),
+        ) {
+            return cl_throttle_args(max_burst, count, period, quantity);
+        }
+    }
+    cl_throttle_in_full(args)
+}
+
+/// [`cl_throttle`] in full: every form, and the refusals.
+#[cold]
+#[inline(never)]
+fn cl_throttle_in_full(args: &[&[u8]]) -> Result<ClThrottleArgs, CommandError> {
     let (max_burst, count, period, quantity) = match args {
         [b, c, p] => (b, c, p, None),
         [b, c, p, q] => (b, c, p, Some(q)),

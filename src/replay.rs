@@ -52,6 +52,12 @@ pub enum Command {
 }
 
 impl Command {
+    /// Whether its replays' headers carry fields after [`fixed_header`]'s
+    /// (`RL.ACQUIRE`'s drawn lease id).
+    pub fn has_optional_fields(self) -> bool {
+        self == Command::Acquire
+    }
+
     fn code(self) -> u8 {
         match self {
             Command::Check(tag) => tag,
@@ -80,7 +86,32 @@ impl Command {
 
 /// The header's bytes before its optional fields: the command, `now_ms`,
 /// `expiry_slack_ms`.
-const FIXED_LEN: usize = 13;
+pub const FIXED_LEN: usize = 13;
+
+/// The header's fields every header has ([`Header::fixed`]), from the
+/// values themselves: the whole header of every replay but `RL.ACQUIRE`'s
+/// ([`Command::has_optional_fields`]), made without a [`Header`] (this
+/// runs on every check that changed a key).
+#[inline]
+pub fn fixed_header(command: Command, now_ms: i64, expiry_slack_ms: u32) -> [u8; FIXED_LEN] {
+    let now = now_ms.to_le_bytes();
+    let slack = expiry_slack_ms.to_le_bytes();
+    [
+        command.code(),
+        now[0],
+        now[1],
+        now[2],
+        now[3],
+        now[4],
+        now[5],
+        now[6],
+        now[7],
+        slack[0],
+        slack[1],
+        slack[2],
+        slack[3],
+    ]
+}
 
 /// What a replay pins of the primary's run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,7 +137,7 @@ impl Header {
     pub fn encoded_len(&self) -> usize {
         let id = self.drawn_id.as_deref().unwrap_or_default();
         FIXED_LEN
-            + if self.command == Command::Acquire {
+            + if self.command.has_optional_fields() {
                 1 + id.len()
             } else {
                 0
@@ -120,23 +151,7 @@ impl Header {
     /// not a copy call per field (this runs on every check that changed a
     /// key).
     pub fn fixed(&self) -> [u8; FIXED_LEN] {
-        let now = self.now_ms.to_le_bytes();
-        let slack = self.expiry_slack_ms.to_le_bytes();
-        [
-            self.command.code(),
-            now[0],
-            now[1],
-            now[2],
-            now[3],
-            now[4],
-            now[5],
-            now[6],
-            now[7],
-            slack[0],
-            slack[1],
-            slack[2],
-            slack[3],
-        ]
+        fixed_header(self.command, self.now_ms, self.expiry_slack_ms)
     }
 
     /// The length of the header's optional fields, after [`Header::fixed`]:

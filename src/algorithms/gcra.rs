@@ -31,7 +31,9 @@ use super::{
 use crate::encoding::{put_u64, DecodeError, Reader};
 use crate::error::CommandError;
 use crate::words::syntax::{duration_word, Kind, Syntax, Word};
-use crate::words::values::{amount, duration_ms, whole_in};
+use crate::words::values::{
+    amount, duration_ms, plain_amount, plain_duration_ms, plain_whole_in, whole_in,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcraParams {
@@ -90,32 +92,24 @@ impl Syntax for GcraParams {
     const SUMMARY: &'static str = "GCRA (the leaky bucket as a meter): count requests per period, with bursts of burst beyond the steady rate. Replies [allowed, limit, remaining, retry_after_ms, reset_after_ms].";
 
     fn from_words(words: &[&[u8]]) -> Result<Self, CommandError> {
-        let [burst, count, period] = words else {
-            return Err(CommandError::Arity);
-        };
-        let burst = if *burst == b"0" {
-            0
-        } else {
-            whole_in(
-                burst,
-                "burst",
-                0..=MAX_AMOUNT as i64 - 1,
-                "an integer from 0 to 9007199254740990",
-            )? as u64
-        };
-        let count = amount(count, "count")?;
-        let period_ms = duration_ms(period, "period")?;
-        if !fast_enough(count, period_ms) {
-            return Err(CommandError::must_be(
-                "count",
-                "at most 1000000 per millisecond of period",
-            ));
+        // All three in their plain forms, read in place (a check parses
+        // them on every call); any other word, in full, with its refusal.
+        if let [burst, count, period] = words {
+            if let (Some(burst), Some(count), Some(period_ms)) = (
+                plain_whole_in(burst, &(0..=MAX_AMOUNT as i64 - 1)),
+                plain_amount(count),
+                plain_duration_ms(period),
+            ) {
+                if fast_enough(count, period_ms) {
+                    return Ok(Self {
+                        burst: burst as u64,
+                        count,
+                        period_ms,
+                    });
+                }
+            }
         }
-        Ok(Self {
-            burst,
-            count,
-            period_ms,
-        })
+        gcra_params_in_full(words)
     }
 
     const PARTIAL: bool = true;
@@ -143,6 +137,38 @@ impl Syntax for GcraParams {
             duration_word(self.period_ms),
         ]
     }
+}
+
+/// [`GcraParams`]' `from_words` in full: every form, and the refusals.
+#[cold]
+#[inline(never)]
+fn gcra_params_in_full(words: &[&[u8]]) -> Result<GcraParams, CommandError> {
+    let [burst, count, period] = words else {
+        return Err(CommandError::Arity);
+    };
+    let burst = if *burst == b"0" {
+        0
+    } else {
+        whole_in(
+            burst,
+            "burst",
+            0..=MAX_AMOUNT as i64 - 1,
+            "an integer from 0 to 9007199254740990",
+        )? as u64
+    };
+    let count = amount(count, "count")?;
+    let period_ms = duration_ms(period, "period")?;
+    if !fast_enough(count, period_ms) {
+        return Err(CommandError::must_be(
+            "count",
+            "at most 1000000 per millisecond of period",
+        ));
+    }
+    Ok(GcraParams {
+        burst,
+        count,
+        period_ms,
+    })
 }
 
 /// At most one request a nanosecond: `T` of at least 1 ns.

@@ -5,10 +5,30 @@
 
 use crate::error::CommandError;
 use crate::words::syntax::{Kind, Word};
-use crate::words::values::{amount, duration_ms, is_rate, rate, MAX_AMOUNT, MAX_DURATION_MS};
+use crate::words::values::{
+    amount, duration_ms, is_rate, plain_amount, plain_duration_ms, plain_rate, rate, MAX_AMOUNT,
+    MAX_DURATION_MS,
+};
 
 /// `capacity rate`, the words of both bucket commands.
+#[inline(always)]
 pub fn capacity_and_rate(words: &[&[u8]]) -> Result<(u64, f64), CommandError> {
+    // Both in their plain forms, read in place (a check parses them on
+    // every call); any other word, in full, with its refusal.
+    if let [capacity, rate_per_s] = words {
+        if let Some(capacity) = plain_amount(capacity) {
+            if let Some(rate_per_s) = plain_rate(rate_per_s) {
+                return Ok((capacity, rate_per_s));
+            }
+        }
+    }
+    capacity_and_rate_in_full(words)
+}
+
+/// [`capacity_and_rate`] in full: every form, and the refusals.
+#[cold]
+#[inline(never)]
+fn capacity_and_rate_in_full(words: &[&[u8]]) -> Result<(u64, f64), CommandError> {
     let [capacity, rate_per_s] = words else {
         return Err(CommandError::Arity);
     };
@@ -28,7 +48,24 @@ pub fn check_capacity_and_rate(capacity: u64, rate_per_s: f64) -> Result<(), &'s
 }
 
 /// `limit window`, the words of the window commands.
+#[inline(always)]
 pub fn limit_and_window(words: &[&[u8]]) -> Result<(u64, u64), CommandError> {
+    // Both in their plain forms, read in place (a check parses them on
+    // every call); any other word, in full, with its refusal.
+    if let [limit, window] = words {
+        if let Some(limit) = plain_amount(limit) {
+            if let Some(window_ms) = plain_duration_ms(window) {
+                return Ok((limit, window_ms));
+            }
+        }
+    }
+    limit_and_window_in_full(words)
+}
+
+/// [`limit_and_window`] in full: every form, and the refusals.
+#[cold]
+#[inline(never)]
+fn limit_and_window_in_full(words: &[&[u8]]) -> Result<(u64, u64), CommandError> {
     let [limit, window] = words else {
         return Err(CommandError::Arity);
     };

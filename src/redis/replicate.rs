@@ -15,7 +15,7 @@ use std::cell::Cell;
 use super::config::expiry_slack_ms;
 use super::ffi::replicate::{replicate_swapped, replicate_words, KeptString};
 use super::ffi::{now_ms, Args, Ctx};
-use crate::replay::{Command, Header};
+use crate::replay::{fixed_header, Command, Header, FIXED_LEN};
 
 /// The names replays are propagated under, made once at load time and never
 /// freed (Redis's propagation takes and drops references of its own).
@@ -160,15 +160,9 @@ impl<'a> Run<'a> {
             }
         };
         let Some((args, word)) =
-            args.and_then(|args| Some((args, glue_word.or_else(|| args.bytes(glue_at))?)))
+            args.and_then(|args| Some((args, glue_word.or_else(|| args.bytes_read(glue_at))?)))
         else {
             return;
-        };
-        let header = Header {
-            command,
-            now_ms: self.now_ms,
-            expiry_slack_ms: self.expiry_slack_ms,
-            drawn_id: drawn_id.map(<[u8]>::to_vec),
         };
         let name = match command {
             Command::All => &APPLY_ALL,
@@ -178,13 +172,22 @@ impl<'a> Run<'a> {
         // The glued word is the header's bytes, then the word: handed over
         // as those two parts, so that a replay gluing the same bytes as the
         // last one is recognised without writing them out (see
-        // `replicate_swapped`). The header is its fixed fields, but for
-        // `RL.ACQUIRE`'s, written on the stack when it fits.
-        if header.optional_len() == 0 {
-            replicate_swapped(self.ctx, args, name, glue_at, &header.fixed(), word);
+        // `replicate_swapped`). The header is its fixed fields, made from
+        // the values (no `Header`), but for `RL.ACQUIRE`'s, which is
+        // written with the word on the stack when they fit, then handed
+        // over as the fixed fields and the rest.
+        if !command.has_optional_fields() {
+            let head = fixed_header(command, self.now_ms, self.expiry_slack_ms);
+            replicate_swapped(self.ctx, args, name, glue_at, &head, word);
             return;
         }
-        let len = header.encoded_len();
+        let header = Header {
+            command,
+            now_ms: self.now_ms,
+            expiry_slack_ms: self.expiry_slack_ms,
+            drawn_id: drawn_id.map(<[u8]>::to_vec),
+        };
+        let len = header.encoded_len() + word.len();
         let mut on_stack = [0u8; 128];
         let mut on_heap = Vec::new();
         let buf = match on_stack.get_mut(..len) {
@@ -194,8 +197,11 @@ impl<'a> Run<'a> {
                 &mut on_heap[..]
             }
         };
-        header.glue_into(&[], buf);
-        replicate_swapped(self.ctx, args, name, glue_at, buf, word);
+        header.glue_into(word, buf);
+        // The fixed fields as the head; the others and the word after them.
+        if let Some((head, rest)) = buf.split_first_chunk::<FIXED_LEN>() {
+            replicate_swapped(self.ctx, args, name, glue_at, head, rest);
+        }
     }
 
     /// The replay of a waiting command served outside it, built from its

@@ -14,9 +14,31 @@ pub use crate::encoding::MAX_DURATION_MS;
 /// A whole number from 1 to 2^53-1: limits, capacities, costs. Written in
 /// any decimal form whose value is whole ([`whole_number`]): `1000`,
 /// `1000.0`, `1e3`.
+#[inline]
 pub fn amount(arg: &[u8], name: &str) -> Result<u64, CommandError> {
+    // The plain form, read in place: a limit is parsed on every check. Any
+    // other word, or one out of range, takes the whole reading (which
+    // reads a plain one again, to the same value, and refuses it).
+    match plain_amount(arg) {
+        Some(value) => Ok(value),
+        None => amount_in_any_form(arg, name),
+    }
+}
+
+/// [`amount`] of a word in the plain form (up to 16 digits, nothing else)
+/// and in range; `None` for any other word, which [`amount`] reads in
+/// full. For parsers that read their words' plain forms first and all of
+/// them in full only when one is not (so their common path calls nothing).
+#[inline(always)]
+pub fn plain_amount(arg: &[u8]) -> Option<u64> {
+    plain_digits(arg, 16).filter(|value| (1..=MAX_AMOUNT).contains(value))
+}
+
+/// [`amount`] in full: every form, and the refusals.
+#[cold]
+#[inline(never)]
+fn amount_in_any_form(arg: &[u8], name: &str) -> Result<u64, CommandError> {
     let err = || CommandError::must_be(name, "an integer from 1 to 9007199254740991");
-    // The plain form, read in place: a limit is parsed on every check.
     if let Some(value) = plain_digits(arg, 16) {
         return if (1..=MAX_AMOUNT).contains(&value) {
             Ok(value)
@@ -67,7 +89,34 @@ pub fn small_count(arg: &[u8], name: &str, max: u16) -> Result<u16, CommandError
 
 /// A whole number in `min..=max` in any decimal form ([`whole_number`]);
 /// refused as `ERR <name> must be <accepted>`, or as not finite.
+#[inline]
 pub fn whole_in(
+    arg: &[u8],
+    name: &str,
+    range: std::ops::RangeInclusive<i64>,
+    accepted: &str,
+) -> Result<i64, CommandError> {
+    // The plain form (`99`, `-3`), read in place: GCRA's burst and
+    // `CL.THROTTLE`'s numbers are parsed on every check. Any other word,
+    // or one out of range, takes the whole reading.
+    match plain_whole_in(arg, &range) {
+        Some(value) => Ok(value),
+        None => whole_in_any_form(arg, name, range, accepted),
+    }
+}
+
+/// [`whole_in`] of a word in the plain form (an optional `-` and up to 18
+/// digits) and in `range`; `None` for any other word (see
+/// [`plain_amount`]).
+#[inline(always)]
+pub fn plain_whole_in(arg: &[u8], range: &std::ops::RangeInclusive<i64>) -> Option<i64> {
+    plain_whole(arg).filter(|value| range.contains(value))
+}
+
+/// [`whole_in`] in full: every form, and the refusals.
+#[cold]
+#[inline(never)]
+fn whole_in_any_form(
     arg: &[u8],
     name: &str,
     range: std::ops::RangeInclusive<i64>,
@@ -200,16 +249,8 @@ pub fn number(text: &[u8]) -> Result<f64, NotANumber> {
 /// `9007199254740991.4`) or is out of that range. Read digit by digit, not
 /// through a double, so no fraction is rounded away.
 pub fn whole_number(text: &[u8]) -> Result<Option<i64>, NotANumber> {
-    // The plain form (`12`, `-3`), read in place: GCRA's burst and
-    // `CL.THROTTLE`'s numbers are parsed on every check.
-    let (negative, digits) = match text {
-        [b'-', rest @ ..] => (true, rest),
-        _ => (false, text),
-    };
-    if let Some(value) = plain_digits(digits, 18) {
-        // At most 18 digits: below 10^18, within `i64`.
-        let value = value as i64;
-        return Ok(Some(if negative { -value } else { value }));
+    if let Some(value) = plain_whole(text) {
+        return Ok(Some(value));
     }
     let w = written(text)?;
     // The digits, and where the point falls among them after the exponent.
@@ -246,6 +287,19 @@ pub fn whole_number(text: &[u8]) -> Result<Option<i64>, NotANumber> {
     Ok(Some(if w.negative { -value } else { value }))
 }
 
+/// The value of a plain whole number: an optional `-`, then 1 to 18
+/// decimal digits (so below 10^18, within `i64`) and nothing else; the
+/// form [`whole_number`] reads first, in place.
+#[inline(always)]
+fn plain_whole(text: &[u8]) -> Option<i64> {
+    let (negative, digits) = match text {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, text),
+    };
+    let value = plain_digits(digits, 18)? as i64;
+    Some(if negative { -value } else { value })
+}
+
 /// A plain decimal: digits with at most one decimal point (`1000`, `0.5`,
 /// `.25`): the form people write, read by a fast path; [`number`] reads the
 /// others (signs, exponents).
@@ -257,30 +311,8 @@ pub fn whole_number(text: &[u8]) -> Result<Option<i64>, NotANumber> {
 /// correctly — the same value the general parser gives, in a fraction of its
 /// time (a check parses its rate on every call).
 pub(crate) fn decimal(text: &[u8]) -> Option<f64> {
-    // Up to 15 bytes, the digits fit below 10^15 < 2^53 whatever they are:
-    // read without overflow checks, the same value as below.
     if text.len() <= 15 {
-        let mut mantissa: u64 = 0;
-        let mut digits = 0usize;
-        let mut point_at: Option<usize> = None;
-        for &b in text {
-            let digit = b.wrapping_sub(b'0');
-            if digit <= 9 {
-                mantissa = mantissa * 10 + u64::from(digit);
-                digits += 1;
-            } else if b == b'.' && point_at.is_none() {
-                point_at = Some(digits);
-            } else {
-                return None;
-            }
-        }
-        if digits == 0 {
-            return None;
-        }
-        let after_point = point_at.map_or(0, |at| digits - at);
-        return EXACT_POWERS_OF_TEN
-            .get(after_point)
-            .map(|power| mantissa as f64 / power);
+        return short_decimal(text);
     }
     let mut mantissa: u64 = 0;
     // Whether `mantissa` still holds every digit (no overflow).
@@ -318,6 +350,53 @@ pub(crate) fn decimal(text: &[u8]) -> Option<f64> {
     value.is_finite().then_some(value)
 }
 
+/// [`decimal`] of a word of at most 15 bytes (`None` when longer): up to
+/// 15 bytes, the digits fit below 10^15 < 2^53 whatever they are, so they
+/// are read without overflow checks, to the value of the longer reading.
+/// The form of the rates a check parses on every call (`0.01`, `10`).
+#[inline(always)]
+fn short_decimal(text: &[u8]) -> Option<f64> {
+    if text.len() > 15 {
+        return None;
+    }
+    // The digits before the point, then those after it: two plain loops,
+    // no state carried from byte to byte but the value.
+    let mut mantissa: u64 = 0;
+    let mut rest = text;
+    while let [byte, after @ ..] = rest {
+        let digit = byte.wrapping_sub(b'0');
+        if digit > 9 {
+            break;
+        }
+        mantissa = mantissa * 10 + u64::from(digit);
+        rest = after;
+    }
+    let after_point = match rest {
+        [] => 0,
+        [b'.', fraction @ ..] => {
+            for &byte in fraction {
+                let digit = byte.wrapping_sub(b'0');
+                if digit > 9 {
+                    return None;
+                }
+                mantissa = mantissa * 10 + u64::from(digit);
+            }
+            // No digit at all (`.`, or nothing): not a number.
+            if text.len() == 1 {
+                return None;
+            }
+            fraction.len()
+        }
+        _ => return None,
+    };
+    if text.is_empty() {
+        return None;
+    }
+    EXACT_POWERS_OF_TEN
+        .get(after_point)
+        .map(|power| mantissa as f64 / power)
+}
+
 /// Powers of ten that an `f64` holds exactly.
 const EXACT_POWERS_OF_TEN: [f64; 23] = [
     1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
@@ -348,7 +427,29 @@ pub fn rate_word(per_s: f64) -> String {
 
 /// A rate: a number that [`is_rate`] (per second), in any decimal form
 /// ([`number`]).
+#[inline]
 pub fn rate(arg: &[u8], name: &str) -> Result<f64, CommandError> {
+    // A short plain decimal (`0.01`, `10`), read in place: a rate is parsed
+    // on every check. Any other word, or a value that is no rate, takes
+    // the whole reading (the same value, from the same fast path).
+    match plain_rate(arg) {
+        Some(value) => Ok(value),
+        None => rate_in_any_form(arg, name),
+    }
+}
+
+/// [`rate`] of a short plain decimal (up to 15 bytes of digits and at most
+/// one point) that is a rate; `None` for any other word (see
+/// [`plain_amount`]).
+#[inline(always)]
+pub fn plain_rate(arg: &[u8]) -> Option<f64> {
+    short_decimal(arg).filter(|&value| is_rate(value))
+}
+
+/// [`rate`] in full: every form, and the refusals.
+#[cold]
+#[inline(never)]
+fn rate_in_any_form(arg: &[u8], name: &str) -> Result<f64, CommandError> {
     match number(arg) {
         Ok(v) if is_rate(v) => Ok(v),
         Err(NotANumber::NotFinite) => Err(not_finite(name, arg)),
@@ -362,16 +463,23 @@ pub fn rate(arg: &[u8], name: &str) -> Result<f64, CommandError> {
 /// A duration: a number in any decimal form ([`number`]) with an optional
 /// unit `ms`, `s`, `m`, `h` or `d` (seconds when none), from 1 ms to 366
 /// days, rounded to the nearest ms.
+#[inline]
 pub fn duration_ms(arg: &[u8], name: &str) -> Result<u64, CommandError> {
-    let err = || {
-        CommandError::must_be(
-            name,
-            "a duration from 1ms to 366d: a number with an optional unit ms, s, m, h or d (seconds if none)",
-        )
-    };
-    // Unit suffixes in any case, read in place (no lower-cased copy: a
-    // window is parsed on every check).
-    let (number, unit_ms): (&[u8], u64) = match arg {
+    // Plain digits with or without a unit (`60`, `1h`, `500ms`), read in
+    // place: a window is parsed on every check. Any other word, or a
+    // duration out of range, takes the whole reading (the same value for
+    // plain digits, see below).
+    match plain_duration_ms(arg) {
+        Some(ms) => Ok(ms),
+        None => duration_ms_in_any_form(arg, name),
+    }
+}
+
+/// A duration's unit suffix, in any case (`ms`, `s`, `m`, `h`, `d`): the
+/// number before it and the unit in ms; seconds when there is none.
+#[inline(always)]
+fn unit_of(arg: &[u8]) -> (&[u8], u64) {
+    match arg {
         [n @ .., m, s] if m.eq_ignore_ascii_case(&b'm') && s.eq_ignore_ascii_case(&b's') => (n, 1),
         [n @ .., unit] => match unit.to_ascii_lowercase() {
             b's' => (n, 1000),
@@ -381,7 +489,32 @@ pub fn duration_ms(arg: &[u8], name: &str) -> Result<u64, CommandError> {
             _ => (arg, 1000),
         },
         [] => (arg, 1000),
+    }
+}
+
+/// [`duration_ms`] of plain digits (up to 15) and an optional unit, when
+/// in range (1 ms to 366 days); `None` for any other word (see
+/// [`plain_amount`]).
+#[inline(always)]
+pub fn plain_duration_ms(arg: &[u8]) -> Option<u64> {
+    let (number, unit_ms) = unit_of(arg);
+    plain_digits(number, 15)?
+        .checked_mul(unit_ms)
+        .filter(|ms| (1..=MAX_DURATION_MS).contains(ms))
+}
+
+/// [`duration_ms`] in full: every form, and the refusals.
+#[cold]
+#[inline(never)]
+fn duration_ms_in_any_form(arg: &[u8], name: &str) -> Result<u64, CommandError> {
+    let err = || {
+        CommandError::must_be(
+            name,
+            "a duration from 1ms to 366d: a number with an optional unit ms, s, m, h or d (seconds if none)",
+        )
     };
+    // Unit suffixes in any case, read in place (no lower-cased copy).
+    let (number, unit_ms) = unit_of(arg);
     // Plain digits (`60`, `1h`, `500ms`), in integers: the same value the
     // decimal reading below gives them (it is exact for whole numbers of
     // up to 15 digits), without a double's division and rounding.
@@ -716,6 +849,390 @@ mod rate_word_tests {
                 rate(word.as_bytes(), "rate").unwrap().to_bits(),
                 value.to_bits()
             );
+        }
+    }
+}
+
+/// The readers as they were before their fast paths were split out (issue
+/// 29): the oracle the property tests below hold the readers to, word for
+/// word, accepted value and refusal text alike.
+#[cfg(test)]
+mod before {
+    use super::{not_finite, written, NotANumber, EXACT_POWERS_OF_TEN, MAX_AMOUNT};
+    use crate::error::CommandError;
+    use crate::words::values::MAX_DURATION_MS;
+
+    fn plain_digits(text: &[u8], max_len: usize) -> Option<u64> {
+        if text.is_empty() || text.len() > max_len.min(19) {
+            return None;
+        }
+        let mut value = 0u64;
+        for &byte in text {
+            let digit = byte.wrapping_sub(b'0');
+            if digit > 9 {
+                return None;
+            }
+            value = value * 10 + u64::from(digit);
+        }
+        Some(value)
+    }
+
+    pub fn amount(arg: &[u8], name: &str) -> Result<u64, CommandError> {
+        let err = || CommandError::must_be(name, "an integer from 1 to 9007199254740991");
+        if let Some(value) = plain_digits(arg, 16) {
+            return if (1..=MAX_AMOUNT).contains(&value) {
+                Ok(value)
+            } else {
+                Err(err())
+            };
+        }
+        match whole_number(arg) {
+            Ok(Some(value)) if (1..=MAX_AMOUNT as i64).contains(&value) => Ok(value as u64),
+            Err(NotANumber::NotFinite) => Err(not_finite(name, arg)),
+            _ => Err(err()),
+        }
+    }
+
+    pub fn whole_in(
+        arg: &[u8],
+        name: &str,
+        range: std::ops::RangeInclusive<i64>,
+        accepted: &str,
+    ) -> Result<i64, CommandError> {
+        match whole_number(arg) {
+            Ok(Some(value)) if range.contains(&value) => Ok(value),
+            Err(NotANumber::NotFinite) => Err(not_finite(name, arg)),
+            _ => Err(CommandError::must_be(name, accepted)),
+        }
+    }
+
+    pub fn number(text: &[u8]) -> Result<f64, NotANumber> {
+        if let Some(value) = decimal(text) {
+            return Ok(value);
+        }
+        written(text)?;
+        let value: f64 = std::str::from_utf8(text)
+            .map_err(|_| NotANumber::Malformed)?
+            .parse()
+            .map_err(|_| NotANumber::Malformed)?;
+        if value.is_finite() {
+            Ok(value)
+        } else {
+            Err(NotANumber::NotFinite)
+        }
+    }
+
+    pub fn whole_number(text: &[u8]) -> Result<Option<i64>, NotANumber> {
+        let (negative, digits) = match text {
+            [b'-', rest @ ..] => (true, rest),
+            _ => (false, text),
+        };
+        if let Some(value) = plain_digits(digits, 18) {
+            let value = value as i64;
+            return Ok(Some(if negative { -value } else { value }));
+        }
+        let w = written(text)?;
+        let digits = || w.integer.iter().chain(w.fraction);
+        let count = (w.integer.len() + w.fraction.len()) as i64;
+        let point = w.integer.len() as i64 + w.exponent;
+        if digits()
+            .skip(point.clamp(0, count) as usize)
+            .any(|&d| d != b'0')
+        {
+            return Ok(None);
+        }
+        let mut value: i64 = 0;
+        for &d in digits().take(point.clamp(0, count) as usize) {
+            let Some(v) = value
+                .checked_mul(10)
+                .and_then(|v| v.checked_add(i64::from(d - b'0')))
+            else {
+                return Ok(None);
+            };
+            value = v;
+        }
+        for _ in count..point.max(count) {
+            if value == 0 {
+                break;
+            }
+            let Some(v) = value.checked_mul(10) else {
+                return Ok(None);
+            };
+            value = v;
+        }
+        Ok(Some(if w.negative { -value } else { value }))
+    }
+
+    pub fn decimal(text: &[u8]) -> Option<f64> {
+        if text.len() <= 15 {
+            let mut mantissa: u64 = 0;
+            let mut digits = 0usize;
+            let mut point_at: Option<usize> = None;
+            for &b in text {
+                let digit = b.wrapping_sub(b'0');
+                if digit <= 9 {
+                    mantissa = mantissa * 10 + u64::from(digit);
+                    digits += 1;
+                } else if b == b'.' && point_at.is_none() {
+                    point_at = Some(digits);
+                } else {
+                    return None;
+                }
+            }
+            if digits == 0 {
+                return None;
+            }
+            let after_point = point_at.map_or(0, |at| digits - at);
+            return EXACT_POWERS_OF_TEN
+                .get(after_point)
+                .map(|power| mantissa as f64 / power);
+        }
+        let mut mantissa: u64 = 0;
+        let mut exact = true;
+        let mut digits = 0usize;
+        let mut after_point: Option<usize> = None;
+        for &b in text {
+            match b {
+                b'0'..=b'9' => {
+                    digits += 1;
+                    match mantissa
+                        .checked_mul(10)
+                        .and_then(|m| m.checked_add(u64::from(b - b'0')))
+                    {
+                        Some(m) if exact => mantissa = m,
+                        _ => exact = false,
+                    }
+                    if let Some(n) = after_point.as_mut() {
+                        *n += 1;
+                    }
+                }
+                b'.' if after_point.is_none() => after_point = Some(0),
+                _ => return None,
+            }
+        }
+        if digits == 0 {
+            return None;
+        }
+        if exact && mantissa < 1 << 53 {
+            if let Some(power) = EXACT_POWERS_OF_TEN.get(after_point.unwrap_or(0)) {
+                return Some(mantissa as f64 / power);
+            }
+        }
+        let value: f64 = std::str::from_utf8(text).ok()?.parse().ok()?;
+        value.is_finite().then_some(value)
+    }
+
+    pub fn rate(arg: &[u8], name: &str) -> Result<f64, CommandError> {
+        match number(arg) {
+            Ok(v) if super::is_rate(v) => Ok(v),
+            Err(NotANumber::NotFinite) => Err(not_finite(name, arg)),
+            _ => Err(CommandError::must_be(
+                name,
+                "a number greater than 0, such as 0.5, 1000 or 1e-5",
+            )),
+        }
+    }
+
+    pub fn duration_ms(arg: &[u8], name: &str) -> Result<u64, CommandError> {
+        let err = || {
+            CommandError::must_be(
+                name,
+                "a duration from 1ms to 366d: a number with an optional unit ms, s, m, h or d (seconds if none)",
+            )
+        };
+        let (number, unit_ms): (&[u8], u64) = match arg {
+            [n @ .., m, s] if m.eq_ignore_ascii_case(&b'm') && s.eq_ignore_ascii_case(&b's') => {
+                (n, 1)
+            }
+            [n @ .., unit] => match unit.to_ascii_lowercase() {
+                b's' => (n, 1000),
+                b'm' => (n, 60_000),
+                b'h' => (n, 3_600_000),
+                b'd' => (n, 86_400_000),
+                _ => (arg, 1000),
+            },
+            [] => (arg, 1000),
+        };
+        if let Some(value) = plain_digits(number, 15) {
+            return match value.checked_mul(unit_ms) {
+                Some(ms) if (1..=MAX_DURATION_MS).contains(&ms) => Ok(ms),
+                _ => Err(err()),
+            };
+        }
+        let ms = match self::number(number) {
+            Ok(value) => value * unit_ms as f64,
+            Err(NotANumber::NotFinite) => return Err(not_finite(name, number)),
+            Err(NotANumber::Malformed) => return Err(err()),
+        };
+        if !(1.0..=MAX_DURATION_MS as f64).contains(&ms) {
+            return Err(err());
+        }
+        Ok(ms.round() as u64)
+    }
+}
+
+/// The readers with fast paths read every word as they did before (issue
+/// 29): the same value or the same refusal, over words made of the bytes
+/// numbers are written with (digits, signs, points, exponents, units,
+/// letters of `inf` and `nan`), over plain numbers near and beyond every
+/// range's edges, and over any bytes.
+#[cfg(test)]
+mod same_as_before {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Both results, as comparable text (values bit for bit).
+    fn shown<T: std::fmt::Debug>(r: Result<T, CommandError>) -> String {
+        match r {
+            Ok(v) => format!("ok {v:?}"),
+            Err(e) => e.text().to_string(),
+        }
+    }
+
+    fn every_reader_agrees(word: &[u8]) -> Result<(), TestCaseError> {
+        prop_assert_eq!(
+            shown(amount(word, "limit")),
+            shown(before::amount(word, "limit"))
+        );
+        let (new, old) = (rate(word, "rate"), before::rate(word, "rate"));
+        prop_assert_eq!(
+            new.as_ref()
+                .map(|v| v.to_bits())
+                .map_err(CommandError::text),
+            old.as_ref()
+                .map(|v| v.to_bits())
+                .map_err(CommandError::text)
+        );
+        prop_assert_eq!(
+            number(word).map(f64::to_bits),
+            before::number(word).map(f64::to_bits)
+        );
+        prop_assert_eq!(
+            decimal(word).map(f64::to_bits),
+            before::decimal(word).map(f64::to_bits)
+        );
+        prop_assert_eq!(
+            shown(duration_ms(word, "window")),
+            shown(before::duration_ms(word, "window"))
+        );
+        prop_assert_eq!(whole_number(word), before::whole_number(word));
+        for (range, accepted) in [
+            (i64::MIN..=i64::MAX, "an integer"),
+            (
+                0..=MAX_AMOUNT as i64 - 1,
+                "an integer from 0 to 9007199254740990",
+            ),
+            (1..=1000, "from 1 to 1000"),
+            (-5..=5, "from -5 to 5"),
+        ] {
+            prop_assert_eq!(
+                shown(whole_in(word, "n", range.clone(), accepted)),
+                shown(before::whole_in(word, "n", range, accepted))
+            );
+        }
+        Ok(())
+    }
+
+    /// Edges every reader has: the ranges' ends and one past them, the
+    /// longest plain forms and one digit more, units on them.
+    #[test]
+    fn every_reader_agrees_on_the_edges() {
+        let mut words: Vec<String> = vec![
+            "".into(),
+            "-".into(),
+            "+".into(),
+            ".".into(),
+            "0".into(),
+            "-0".into(),
+            "1".into(),
+            "0.01".into(),
+            "00.0100".into(),
+            "9007199254740991".into(),
+            "9007199254740992".into(),
+            "9007199254740990".into(),
+            "-9007199254740991".into(),
+            "999999999999999".into(),
+            "9999999999999999".into(),
+            "99999999999999999".into(),
+            "999999999999999999".into(),
+            "-999999999999999999".into(),
+            "9999999999999999999".into(),
+            "9223372036854775807".into(),
+            "-9223372036854775808".into(),
+            "9223372036854775808".into(),
+            "18446744073709551616".into(),
+            "31622400".into(),
+            "31622401".into(),
+            "31622400000".into(),
+            "31622400001".into(),
+            "366d".into(),
+            "367d".into(),
+            "8784h".into(),
+            "8785h".into(),
+            "527040m".into(),
+            "527041m".into(),
+            "0ms".into(),
+            "1ms".into(),
+            "1MS".into(),
+            "1mS".into(),
+            "ms".into(),
+            "s".into(),
+            "1e3".into(),
+            "inf".into(),
+            "-nan".into(),
+            "1.5".into(),
+            ".5".into(),
+            "5.".into(),
+            "0.0000000000001".into(),
+            "0.00000000000001".into(),
+            "1e-400".into(),
+            "1e400".into(),
+        ];
+        for digits in 1..=22 {
+            for lead in ["1", "9"] {
+                let plain = format!("{lead}{}", "0".repeat(digits - 1));
+                for unit in ["", "ms", "s", "m", "h", "d"] {
+                    words.push(format!("{plain}{unit}"));
+                    words.push(format!("-{plain}{unit}"));
+                    words.push(format!("0.{plain}{unit}"));
+                }
+            }
+        }
+        for word in &words {
+            if let Err(e) = every_reader_agrees(word.as_bytes()) {
+                panic!("{word:?}: {e}");
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn every_reader_agrees_on_number_like_words(
+            word in "[-+]?[0-9]{0,20}(\\.[0-9]{0,20})?([eE][-+]?[0-9]{0,4})?(ms|MS|[smhdSMHDx])?"
+        ) {
+            every_reader_agrees(word.as_bytes())?;
+        }
+
+        #[test]
+        fn every_reader_agrees_on_words_of_number_bytes(
+            word in "[-+0-9.eEinfaINFAmsdh ]{0,24}"
+        ) {
+            every_reader_agrees(word.as_bytes())?;
+        }
+
+        #[test]
+        fn every_reader_agrees_on_plain_numbers(value in any::<u64>(), dot in 0usize..22, unit in "(|ms|s|m|h|d)") {
+            let digits = value.to_string();
+            every_reader_agrees(format!("{digits}{unit}").as_bytes())?;
+            every_reader_agrees(format!("-{digits}").as_bytes())?;
+            let at = dot.min(digits.len());
+            let (int, frac) = digits.split_at(at);
+            every_reader_agrees(format!("{int}.{frac}{unit}").as_bytes())?;
+        }
+
+        #[test]
+        fn every_reader_agrees_on_any_bytes(word in proptest::collection::vec(any::<u8>(), 0..24)) {
+            every_reader_agrees(&word)?;
         }
     }
 }

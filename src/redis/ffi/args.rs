@@ -1,8 +1,10 @@
 //! A command's arguments ([`Args`]) and key names ([`KeyName`]): Redis
 //! string objects, read in place for as long as they live.
 
+use std::cell::Cell;
 use std::ffi::{c_char, c_int};
 use std::marker::PhantomData;
+use std::mem::MaybeUninit;
 
 use redis_module::raw;
 
@@ -40,6 +42,11 @@ impl<'a> KeyName<'a> {
 pub struct Args<'a> {
     argv: *mut *mut raw::RedisModuleString,
     argc: usize,
+    /// The first argument [`Args::fill_from`] read: its index (`usize::MAX`
+    /// when none), where its bytes are and how many, read again without
+    /// asking Redis ([`Args::bytes_read`]). Held as a pointer, not a
+    /// `&'a [u8]`, so that `Args` stays covariant in `'a`.
+    first_read: Cell<(usize, *const u8, usize)>,
     life: PhantomData<&'a raw::RedisModuleString>,
 }
 
@@ -50,6 +57,7 @@ impl<'a> Args<'a> {
         Self {
             argv,
             argc: usize::try_from(argc).unwrap_or(0),
+            first_read: Cell::new((usize::MAX, std::ptr::null(), 0)),
             life: PhantomData,
         }
     }
@@ -70,6 +78,19 @@ impl<'a> Args<'a> {
     /// The `i`th argument's bytes.
     pub fn bytes(&self, i: usize) -> Option<&'a [u8]> {
         self.key(i).map(KeyName::bytes)
+    }
+
+    /// [`Args::bytes`], without asking Redis again for the first argument
+    /// [`Args::fill_from`] read (the word a replay glues its header to,
+    /// read by the parser first: a check's propagation asks for it).
+    #[inline(always)]
+    pub fn bytes_read(&self, i: usize) -> Option<&'a [u8]> {
+        match self.first_read.get() {
+            // SAFETY: the bytes of argument `at`, read by `fill_from` from
+            // the string object, which lives for `'a` unchanged.
+            (at, ptr, len) if at == i => Some(unsafe { std::slice::from_raw_parts(ptr, len) }),
+            _ => self.bytes(i),
+        }
     }
 
     /// Puts `new` in place of the `i`th argument and returns the old one.
@@ -103,9 +124,30 @@ impl<'a> Args<'a> {
     pub fn fill_from(&self, from: usize, words: &mut Words<'a>) {
         let count = self.argc.saturating_sub(from);
         if count <= INLINE_WORDS {
+            // The API function looked up once, not once a word.
+            let ptr_len = rm!(RedisModule_StringPtrLen);
             for (slot, i) in words.inline.iter_mut().zip(from..self.argc) {
-                *slot = self.bytes(i).unwrap_or_default();
+                let mut len = 0usize;
+                // SAFETY: `i` < `argc` (the range's end), so `argv` holds a
+                // live string object there for `'a`; Redis returns a pointer
+                // to its `len` bytes (as in `string_bytes`).
+                let bytes = unsafe {
+                    let ptr = ptr_len(*self.argv.add(i), &mut len);
+                    if ptr.is_null() {
+                        &[]
+                    } else {
+                        std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+                    }
+                };
+                slot.write(bytes);
             }
+            if let Some(first) = words.inline.first().filter(|_| count > 0) {
+                // SAFETY: written just above (`count` > 0 slots).
+                let first = unsafe { first.assume_init() };
+                self.first_read.set((from, first.as_ptr(), first.len()));
+            }
+            // The first `count` slots are written (the zip stops at the
+            // shorter: `count` arguments, within `INLINE_WORDS` slots).
             words.len = count;
         } else {
             words.spilled = (from..self.argc).filter_map(|i| self.bytes(i)).collect();
@@ -119,17 +161,26 @@ const INLINE_WORDS: usize = 12;
 
 /// Argument bytes, as a slice (`Deref`), without a heap allocation for the
 /// usual short commands.
+///
+/// Laid out in the order written (`repr(C)`), the unwritten slots last: when
+/// the compiler may place them between fields it writes (as it may in
+/// Rust's own layout), it zeroes them all with those fields, in one go.
+#[repr(C)]
 pub struct Words<'a> {
-    inline: [&'a [u8]; INLINE_WORDS],
     len: usize,
     spilled: Vec<&'a [u8]>,
+    /// The first `len` slots are written (only [`Args::fill_from`] writes
+    /// them); the others are never read. Left unwritten when made: writing
+    /// every slot of the array cost a check about 28 instructions.
+    inline: [MaybeUninit<&'a [u8]>; INLINE_WORDS],
 }
 
 impl Words<'_> {
     /// No words, to be filled ([`Args::fill_from`]).
+    #[inline(always)]
     pub fn none() -> Self {
         Self {
-            inline: [&[]; INLINE_WORDS],
+            inline: [MaybeUninit::uninit(); INLINE_WORDS],
             len: 0,
             spilled: Vec::new(),
         }
@@ -139,9 +190,13 @@ impl Words<'_> {
 impl<'a> std::ops::Deref for Words<'a> {
     type Target = [&'a [u8]];
 
+    #[inline(always)]
     fn deref(&self) -> &Self::Target {
         if self.spilled.is_empty() {
-            self.inline.get(..self.len).unwrap_or_default()
+            let len = self.len.min(INLINE_WORDS);
+            // SAFETY: the first `len` slots are written (see `inline`), and
+            // a `MaybeUninit<T>` has the layout of a `T`.
+            unsafe { std::slice::from_raw_parts(self.inline.as_ptr().cast::<&'a [u8]>(), len) }
         } else {
             &self.spilled
         }
@@ -149,9 +204,12 @@ impl<'a> std::ops::Deref for Words<'a> {
 }
 
 impl std::ops::DerefMut for Words<'_> {
+    #[inline(always)]
     fn deref_mut(&mut self) -> &mut Self::Target {
         if self.spilled.is_empty() {
-            self.inline.get_mut(..self.len).unwrap_or_default()
+            let len = self.len.min(INLINE_WORDS);
+            // SAFETY: as in `deref`; borrowed mutably from `self`.
+            unsafe { std::slice::from_raw_parts_mut(self.inline.as_mut_ptr().cast::<&[u8]>(), len) }
         } else {
             &mut self.spilled
         }

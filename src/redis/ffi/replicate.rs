@@ -4,6 +4,7 @@
 //! (`Ctx::replicate_verbatim`), or a command built from words
 //! ([`replicate_words`]).
 
+use std::cell::UnsafeCell;
 use std::ffi::{c_char, CStr};
 use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
@@ -50,13 +51,16 @@ fn new_string(bytes: &[u8]) -> *mut raw::RedisModuleString {
 /// entries are swapped, then put back, so the command is, to everything
 /// else in Redis (slow log, MONITOR, client tracking, the reply), what the
 /// client sent. Nothing is propagated when `name` was not made or
-/// `glue_at` is not an argument after the name.
-pub fn replicate_swapped(
+/// `glue_at` is not an argument after the name. `head` is of a size known
+/// when compiling (a replay's fixed header), so that comparing it with the
+/// last glued word's is a few loads.
+#[inline(always)]
+pub fn replicate_swapped<const N: usize>(
     ctx: Ctx<'_>,
     args: &Args<'_>,
     name: &KeptString,
     glue_at: usize,
-    head: &[u8],
+    head: &[u8; N],
     word: &[u8],
 ) {
     let name = name.0.load(Relaxed);
@@ -80,49 +84,103 @@ pub fn replicate_swapped(
     }
 }
 
-thread_local! {
-    /// The glued word propagated last, with its bytes: a string of the
-    /// module's own (one reference), reused while the next replay's glued
-    /// word is the same bytes. A glued word is a header (the command, the
-    /// millisecond, the expiry slack) and the word after the key, so every
-    /// check of one algorithm and one first parameter within a millisecond
-    /// glues the same bytes: under load, most replays reuse the last
-    /// string instead of making and dropping one (about 290 instructions
-    /// of a check's ~5,900). Redis takes references of its own to what it
-    /// propagates and never changes a string it holds, so the string the
-    /// module drops for a new one lives until the last replay using it is
-    /// written. (The propagating thread's own: the main thread.)
-    static LAST_GLUED: std::cell::RefCell<(*mut raw::RedisModuleString, Vec<u8>)> =
-        const { std::cell::RefCell::new((std::ptr::null_mut(), Vec::new())) };
+/// The glued word propagated last, with its bytes: a string of the
+/// module's own (one reference), reused while the next replay's glued word
+/// is the same bytes. A glued word is a header (the command, the
+/// millisecond, the expiry slack) and the word after the key, so every
+/// check of one algorithm and one first parameter within a millisecond
+/// glues the same bytes: under load, most replays reuse the last string
+/// instead of making and dropping one (about 290 instructions of a check's
+/// ~5,900). Redis takes references of its own to what it propagates and
+/// never changes a string it holds, so the string the module drops for a
+/// new one lives until the last replay using it is written.
+struct LastGlued {
+    string: *mut raw::RedisModuleString,
+    bytes: Vec<u8>,
+}
+
+/// What only Redis's main thread touches, without a thread-local's lookup
+/// or a borrow flag (see [`LAST_GLUED`]).
+struct MainThreadOnly<T>(UnsafeCell<T>);
+
+// SAFETY: the one value of this type, `LAST_GLUED`, is reached only from
+// `glued_string`, which runs only inside `replicate_swapped`, which runs
+// only inside a client's command on Redis's main thread (it lends the
+// running command's argument vector): never on two threads, and never
+// re-entered (nothing it calls runs module code).
+unsafe impl<T> Sync for MainThreadOnly<T> {}
+
+static LAST_GLUED: MainThreadOnly<LastGlued> = MainThreadOnly(UnsafeCell::new(LastGlued {
+    string: std::ptr::null_mut(),
+    bytes: Vec::new(),
+}));
+
+/// Whether `a` and `b` hold the same bytes, for the short words of a glued
+/// word (a 13-byte header, a parameter of a few digits): a few loads, not a
+/// call of `memcmp` (about 40 instructions a check).
+#[inline(always)]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let u64_at = |s: &[u8], at: usize| {
+        s.get(at..at + 8)
+            .and_then(|w| w.first_chunk::<8>())
+            .map(|w| u64::from_le_bytes(*w))
+    };
+    let u32_at = |s: &[u8], at: usize| {
+        s.get(at..at + 4)
+            .and_then(|w| w.first_chunk::<4>())
+            .map(|w| u32::from_le_bytes(*w))
+    };
+    match n {
+        0 => true,
+        // The first, middle and last bytes cover every byte of 1 to 3.
+        1..=3 => {
+            a.first() == b.first() && a.get(n / 2) == b.get(n / 2) && a.get(n - 1) == b.get(n - 1)
+        }
+        // Two overlapping words cover them all.
+        4..=7 => u32_at(a, 0) == u32_at(b, 0) && u32_at(a, n - 4) == u32_at(b, n - 4),
+        8..=16 => u64_at(a, 0) == u64_at(b, 0) && u64_at(a, n - 8) == u64_at(b, n - 8),
+        _ => a == b,
+    }
 }
 
 /// A string holding `head` then `word`, which the caller lends to Redis and
 /// does not free: the last one again when it holds the same bytes (compared
 /// part by part, so a hit writes nothing out), otherwise a new one kept in
 /// its place (the old one's reference dropped).
-fn glued_string(head: &[u8], word: &[u8]) -> *mut raw::RedisModuleString {
-    LAST_GLUED.with(|last| {
-        let mut last = last.borrow_mut();
-        let (string, kept) = &mut *last;
-        if !string.is_null()
-            && kept.len() == head.len() + word.len()
-            && kept.get(..head.len()) == Some(head)
-            && kept.get(head.len()..) == Some(word)
-        {
-            return *string;
-        }
-        kept.clear();
-        kept.extend_from_slice(head);
-        kept.extend_from_slice(word);
-        let made = new_string(kept);
-        if !string.is_null() {
-            // SAFETY: the module's own reference to the string it made,
-            // dropped once; references Redis took keep it alive.
-            unsafe { rm!(RedisModule_FreeString)(std::ptr::null_mut(), *string) };
-        }
-        *string = made;
-        made
-    })
+#[inline(always)]
+fn glued_string<const N: usize>(head: &[u8; N], word: &[u8]) -> *mut raw::RedisModuleString {
+    // SAFETY: see `MainThreadOnly`'s `Sync`: no other reference to the
+    // value exists while this one lives (it ends with this function).
+    let last = unsafe { &mut *LAST_GLUED.0.get() };
+    if !last.string.is_null()
+        && last.bytes.len() == N + word.len()
+        && same_bytes(last.bytes.get(..N).unwrap_or_default(), head)
+        && same_bytes(last.bytes.get(N..).unwrap_or_default(), word)
+    {
+        return last.string;
+    }
+    glue_anew(last, head, word)
+}
+
+/// [`glued_string`] when the glued word changed: a new string, kept.
+#[cold]
+#[inline(never)]
+fn glue_anew(last: &mut LastGlued, head: &[u8], word: &[u8]) -> *mut raw::RedisModuleString {
+    last.bytes.clear();
+    last.bytes.extend_from_slice(head);
+    last.bytes.extend_from_slice(word);
+    let made = new_string(&last.bytes);
+    if !last.string.is_null() {
+        // SAFETY: the module's own reference to the string it made,
+        // dropped once; references Redis took keep it alive.
+        unsafe { rm!(RedisModule_FreeString)(std::ptr::null_mut(), last.string) };
+    }
+    last.string = made;
+    made
 }
 
 /// Propagates the command `name` with the arguments `words`
@@ -143,6 +201,37 @@ pub fn replicate_words<'w>(ctx: Ctx<'_>, name: &CStr, words: impl Iterator<Item 
         );
         for string in strings {
             rm!(RedisModule_FreeString)(std::ptr::null_mut(), string);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_bytes;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The compare by loads answers as `==` does, for every length it
+        /// reads by loads (and beyond): on equal words, and on words that
+        /// differ in one byte anywhere or in their length.
+        #[test]
+        fn same_bytes_answers_as_equality_does(
+            a in proptest::collection::vec(any::<u8>(), 0..24),
+            at in any::<proptest::sample::Index>(),
+            flip in 1u8..=255,
+            cut in any::<bool>(),
+        ) {
+            prop_assert!(same_bytes(&a, &a.clone()));
+            let mut b = a.clone();
+            if !b.is_empty() {
+                let i = at.index(b.len());
+                b[i] ^= flip;
+                prop_assert_eq!(same_bytes(&a, &b), a == b);
+                prop_assert!(!same_bytes(&a, &b));
+            }
+            if cut && !a.is_empty() {
+                prop_assert!(!same_bytes(&a, &a[..a.len() - 1]));
+            }
         }
     }
 }
