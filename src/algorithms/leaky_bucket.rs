@@ -25,7 +25,7 @@
 
 use super::schedule::{Pace, Schedule};
 use super::shapes::{capacity_and_rate, check_capacity_and_rate};
-use super::{ns_to_ms_ceil, Algorithm, Decision, Field, Mode, State, MAX_DURATION_MS, NS_PER_MS};
+use super::{Algorithm, Decision, Field, Mode, State, MAX_DURATION_MS, NS_PER_MS};
 use crate::encoding::{put_f64, put_u64, DecodeError, Reader};
 use crate::error::CommandError;
 use crate::words::syntax::{Kind, Syntax, Word};
@@ -146,9 +146,9 @@ impl Algorithm for LeakyBucket {
     }
 
     fn check(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Decision {
-        let (decision, until_turn_ns) = self.schedule.check(self.params.pace(), now_ms, cost, mode);
+        let (decision, until_turn_ms) = self.schedule.check(self.params.pace(), now_ms, cost, mode);
         Decision {
-            delay_ms: decision.allowed.then(|| ns_to_ms_ceil(until_turn_ns)),
+            delay_ms: decision.allowed.then_some(until_turn_ms),
             ..decision
         }
     }
