@@ -212,6 +212,7 @@ impl Algorithm for Gcra {
         Some(self.schedule.give_back(self.params.pace(), now_ms, amount))
     }
 
+    #[inline]
     fn check(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Decision {
         self.schedule
             .check(self.params.pace(), now_ms, cost, mode)
