@@ -82,6 +82,90 @@ impl FixedWindow {
         i64::try_from(end).unwrap_or(i64::MAX)
     }
 
+    /// [`Algorithm::check`] with the end of the stored window found once
+    /// and used for all three questions: whether `now_ms` is still in it
+    /// (for a time after the last update, in the same window exactly when
+    /// before its end: windows follow each other), when it ends (the
+    /// retry and the reset), and so when the key is fresh. A second
+    /// division only when a new window has started. `None`, nothing
+    /// changed, when the window is longer than `i64::MAX` ms or an end
+    /// overflows `i64` (where [`FixedWindow::window_end_ms`] saturates).
+    #[inline]
+    fn check_narrow(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Option<Decision> {
+        let window_ms = i64::try_from(self.params.window_ms)
+            .ok()
+            .filter(|&w| w > 0)?;
+        let end_of = |t_ms: i64| {
+            t_ms.div_euclid(window_ms)
+                .checked_add(1)?
+                .checked_mul(window_ms)
+        };
+        let stored_end = end_of(self.updated_ms)?;
+        let now_ms = now_ms.max(self.updated_ms);
+        let (count, end_ms) = if now_ms < stored_end {
+            (self.count, stored_end)
+        } else {
+            (0, end_of(now_ms)?)
+        };
+        let limit = self.params.limit;
+        let fits = count.checked_add(cost).is_some_and(|n| n <= limit);
+        let allowed = cost <= limit && fits;
+        // `now_ms` is in the window ending at `end_ms`: `end_ms - now_ms`
+        // is in `1..=window_ms`.
+        let retry_after_ms = if allowed {
+            0
+        } else if cost > limit {
+            -1
+        } else {
+            end_ms - now_ms
+        };
+        let count = if allowed && mode == Mode::Take {
+            count.saturating_add(cost)
+        } else {
+            count
+        };
+        self.count = count;
+        self.updated_ms = now_ms;
+        Some(Decision {
+            allowed,
+            limit,
+            remaining: limit.saturating_sub(count),
+            retry_after_ms,
+            reset_after_ms: if count == 0 { 0 } else { end_ms - now_ms },
+            delay_ms: None,
+        })
+    }
+
+    /// [`Algorithm::check`] for any window and time, in `i128` where it
+    /// must.
+    #[inline(never)]
+    fn check_wide(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Decision {
+        self.advance(now_ms);
+        let now_ms = now_ms.max(self.updated_ms);
+        let limit = self.params.limit;
+        let fits = self.count.checked_add(cost).is_some_and(|n| n <= limit);
+        let allowed = cost <= limit && fits;
+        let retry_after_ms = if allowed {
+            0
+        } else if cost > limit {
+            -1
+        } else {
+            // The next window starts at zero and the cost fits in it.
+            self.window_end_ms(now_ms).saturating_sub(now_ms).max(1)
+        };
+        if allowed && mode == Mode::Take {
+            self.count = self.count.saturating_add(cost);
+        }
+        Decision {
+            allowed,
+            limit,
+            remaining: limit.saturating_sub(self.count),
+            retry_after_ms,
+            reset_after_ms: self.fresh_at_ms().saturating_sub(now_ms).max(0),
+            delay_ms: None,
+        }
+    }
+
     /// Move to `now_ms`: a count from an earlier window no longer counts.
     fn advance(&mut self, now_ms: i64) {
         if now_ms <= self.updated_ms {
@@ -146,30 +230,13 @@ impl Algorithm for FixedWindow {
         Some(given)
     }
 
+    /// In `i64` with one division when the window's end fits (see
+    /// [`FixedWindow::check_narrow`]), else [`FixedWindow::check_wide`]:
+    /// the same answers, bit for bit (a property test compares them).
     fn check(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Decision {
-        self.advance(now_ms);
-        let now_ms = now_ms.max(self.updated_ms);
-        let limit = self.params.limit;
-        let fits = self.count.checked_add(cost).is_some_and(|n| n <= limit);
-        let allowed = cost <= limit && fits;
-        let retry_after_ms = if allowed {
-            0
-        } else if cost > limit {
-            -1
-        } else {
-            // The next window starts at zero and the cost fits in it.
-            self.window_end_ms(now_ms).saturating_sub(now_ms).max(1)
-        };
-        if allowed && mode == Mode::Take {
-            self.count = self.count.saturating_add(cost);
-        }
-        Decision {
-            allowed,
-            limit,
-            remaining: limit.saturating_sub(self.count),
-            retry_after_ms,
-            reset_after_ms: self.fresh_at_ms().saturating_sub(now_ms).max(0),
-            delay_ms: None,
+        match self.check_narrow(now_ms, cost, mode) {
+            Some(decision) => decision,
+            None => self.check_wide(now_ms, cost, mode),
         }
     }
 }
@@ -234,6 +301,77 @@ mod tests {
 
     fn params(limit: u64, window_ms: u64) -> FixedWindowParams {
         FixedWindowParams { limit, window_ms }
+    }
+
+    /// Times, windows, counts and costs near every edge of the two paths.
+    fn edge_i64() -> impl Strategy<Value = i64> {
+        prop_oneof![
+            any::<i64>(),
+            -3i64..=3,
+            (0i64..=3).prop_map(|d| i64::MAX - d),
+            (0i64..=3).prop_map(|d| i64::MIN + d),
+            (-3i64..=3).prop_map(|d| T0 + d),
+            (-3i64..=3).prop_map(|d| MAX_TIMESTAMP_MS + d),
+            T0 - 200_000..T0 + 200_000,
+        ]
+    }
+
+    fn edge_u64() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            any::<u64>(),
+            0u64..=3,
+            (0u64..=3).prop_map(|d| u64::MAX - d),
+            (0u64..=3).prop_map(|d| i64::MAX as u64 - 1 + d),
+            (0u64..=3).prop_map(|d| MAX_DURATION_MS - 1 + d),
+            1u64..200_000,
+        ]
+    }
+
+    proptest! {
+        /// The one-division path answers and leaves the state as the
+        /// general one does, whenever it answers, for any state.
+        #[test]
+        fn the_narrow_check_answers_as_the_wide_one(
+            limit in edge_u64(),
+            // At least 1 ms (the parser's and the decoder's bound; the
+            // general path divides by it).
+            window_ms in edge_u64().prop_map(|w| w.max(1)),
+            count in edge_u64(),
+            updated_ms in edge_i64(),
+            now in prop_oneof![edge_i64(), (-70_000i64..70_000).prop_map(|d| T0 + d)],
+            cost in edge_u64(),
+            take in any::<bool>(),
+        ) {
+            let before = FixedWindow { params: params(limit, window_ms), count, updated_ms };
+            let mode = if take { Mode::Take } else { Mode::Peek };
+            let mut narrow = before.clone();
+            let answer = narrow.check_narrow(now, cost, mode);
+            let mut wide = before.clone();
+            let expected = wide.check_wide(now, cost, mode);
+            match answer {
+                Some(answer) => {
+                    prop_assert_eq!(answer, expected);
+                    prop_assert_eq!(&narrow, &wide);
+                }
+                None => prop_assert_eq!(&narrow, &before),
+            }
+            let mut both = before;
+            prop_assert_eq!(both.check(now, cost, mode), expected);
+            prop_assert_eq!(both, wide);
+        }
+
+        /// Today's keys take the one-division path (else the test above
+        /// would compare nothing).
+        #[test]
+        fn the_narrow_check_answers_for_todays_keys(
+            window_ms in 1u64..=MAX_DURATION_MS,
+            updated in 0i64..=4_000_000_000_000i64,
+            later in 0i64..=MAX_DURATION_MS as i64 * 2,
+            cost in 0u64..10,
+        ) {
+            let mut s = FixedWindow { params: params(5, window_ms), count: 1, updated_ms: updated };
+            prop_assert!(s.check_narrow(updated + later, cost, Mode::Take).is_some());
+        }
     }
 
     #[test]

@@ -53,13 +53,28 @@ impl GcraParams {
     }
 
     /// `T`: the nominal spacing of requests, in nanoseconds (at least 1).
+    ///
+    /// In `u64` whenever the period in ns fits (any period accepted): one
+    /// machine division, on every check; [`GcraParams::wide_interval_ns`]
+    /// otherwise, which answers the same (a property test compares them).
+    #[inline]
     pub fn emission_interval_ns(&self) -> i128 {
+        match self.period_ms.checked_mul(NS_PER_MS as u64) {
+            Some(period_ns) => i128::from((period_ns / self.count.max(1)).max(1)),
+            None => self.wide_interval_ns(),
+        }
+    }
+
+    /// [`GcraParams::emission_interval_ns`] for any period, in `i128`.
+    #[inline(never)]
+    fn wide_interval_ns(&self) -> i128 {
         let period_ns = i128::from(self.period_ms).saturating_mul(NS_PER_MS);
         div_i128(period_ns, i128::from(self.count.max(1))).max(1)
     }
 
     /// The schedule of these parameters: one request per `T`, `limit` at
     /// once (`tau + T = T * limit` ahead of now at most).
+    #[inline]
     fn pace(&self) -> Pace {
         Pace {
             interval_ns: self.emission_interval_ns(),
@@ -223,6 +238,7 @@ impl Algorithm for Gcra {
         Some(self.schedule.give_back(self.params.pace(), now_ms, amount))
     }
 
+    #[inline]
     fn check(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Decision {
         self.schedule
             .check(self.params.pace(), now_ms, cost, mode)
@@ -540,6 +556,30 @@ mod tests {
             &|g| g.schedule.due_ns = ms_to_ns(T0) + 6 * 333_333_333 + 1
         ));
         assert!(!bad(&|g| g.schedule.due_ns = ms_to_ns(T0) + 6 * 333_333_333));
+    }
+
+    /// Periods and counts on both sides of the edges of the 64-bit path
+    /// (a period whose ns overflow `u64`), and of the parser's bounds.
+    fn edge_u64() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            any::<u64>(),
+            0u64..=3,
+            (0u64..=3).prop_map(|d| u64::MAX - d),
+            (0u64..=3).prop_map(|d| u64::MAX / 1_000_000 - 1 + d),
+            (0u64..=3).prop_map(|d| MAX_DURATION_MS - 1 + d),
+            (0u64..=3).prop_map(|d| MAX_AMOUNT - 1 + d),
+            1u64..=10_000_000,
+        ]
+    }
+
+    proptest! {
+        /// The interval in `u64` is the one in `i128`, for any period and
+        /// count.
+        #[test]
+        fn the_emission_interval_is_the_wide_one(period_ms in edge_u64(), count in edge_u64(), burst in edge_u64()) {
+            let p = params(burst, count, period_ms);
+            prop_assert_eq!(p.emission_interval_ns(), p.wide_interval_ns());
+        }
     }
 
     proptest! {

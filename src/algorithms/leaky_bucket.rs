@@ -25,7 +25,7 @@
 
 use super::schedule::{Pace, Schedule};
 use super::shapes::{capacity_and_rate, check_capacity_and_rate};
-use super::{ns_to_ms_ceil, Algorithm, Decision, Field, Mode, State, MAX_DURATION_MS, NS_PER_MS};
+use super::{round, Algorithm, Decision, Field, Mode, State, MAX_DURATION_MS, NS_PER_MS};
 use crate::encoding::{put_f64, put_u64, DecodeError, Reader};
 use crate::error::CommandError;
 use crate::words::syntax::{Kind, Syntax, Word};
@@ -43,10 +43,16 @@ pub struct LeakyBucketParams {
 
 impl LeakyBucketParams {
     /// `I`: nanoseconds for one unit to leak out, `1..=366 d`.
+    ///
+    /// Rounded by [`round`] rather than the library call `f64::round` is on
+    /// this target, and converted to `i64` rather than `i128` (another
+    /// library call): `as` saturates either way, and any value out of the
+    /// range of `i64` is clamped to the same bound (+inf, a tiny rate,
+    /// becomes `MAX_INTERVAL_NS`). On every check.
+    #[inline]
     pub fn leak_interval_ns(&self) -> i128 {
         if self.rate_per_s > 0.0 {
-            // `as` saturates: +inf (a tiny rate) becomes i128::MAX.
-            ((1e9 / self.rate_per_s).round() as i128).clamp(1, MAX_INTERVAL_NS)
+            i128::from((round(1e9 / self.rate_per_s) as i64).clamp(1, MAX_INTERVAL_NS as i64))
         } else {
             MAX_INTERVAL_NS
         }
@@ -54,6 +60,7 @@ impl LeakyBucketParams {
 
     /// The schedule of these parameters: one unit leaks out per `I`, and
     /// the queue holds `capacity` (`capacity * I` ahead of now at most).
+    #[inline]
     fn pace(&self) -> Pace {
         Pace {
             interval_ns: self.leak_interval_ns(),
@@ -146,9 +153,9 @@ impl Algorithm for LeakyBucket {
     }
 
     fn check(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Decision {
-        let (decision, until_turn_ns) = self.schedule.check(self.params.pace(), now_ms, cost, mode);
+        let (decision, until_turn_ms) = self.schedule.check(self.params.pace(), now_ms, cost, mode);
         Decision {
-            delay_ms: decision.allowed.then(|| ns_to_ms_ceil(until_turn_ns)),
+            delay_ms: decision.allowed.then_some(until_turn_ms),
             ..decision
         }
     }
@@ -459,6 +466,71 @@ mod tests {
             &|b| b.schedule.due_ns = ms_to_ns(T0) + 7 * 333_333_333 + 1
         ));
         assert!(!bad(&|b| b.schedule.due_ns = ms_to_ns(T0) + 7 * 333_333_333));
+    }
+
+    /// `leak_interval_ns` as first written: `f64::round`, then `as i128`.
+    fn leak_interval_by_the_library(rate_per_s: f64) -> i128 {
+        if rate_per_s > 0.0 {
+            ((1e9 / rate_per_s).round() as i128).clamp(1, MAX_INTERVAL_NS)
+        } else {
+            MAX_INTERVAL_NS
+        }
+    }
+
+    #[test]
+    fn the_leak_interval_is_the_librarys_on_edge_rates() {
+        let mut rates = vec![
+            0.0,
+            -0.0,
+            f64::MIN_POSITIVE,
+            5e-324,
+            f64::MAX,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            -1.0,
+        ];
+        // Rates whose intervals are whole or half nanoseconds, at the
+        // clamps' bounds and past `i64`'s range.
+        // From 2^52 on, where adding a half rounds to even, odd ones too.
+        let two52 = 2f64.powi(52);
+        for interval in [
+            0.5,
+            1.0,
+            1.5,
+            2.5,
+            1e6,
+            1e9 / 7.0,
+            two52 + 1.0,
+            two52 + 3.0,
+            2.0 * two52 - 1.0,
+            MAX_INTERVAL_NS as f64,
+            2f64.powi(63),
+            1e300,
+        ] {
+            let rate = 1e9 / interval;
+            rates.extend([rate, rate.next_up(), rate.next_down()]);
+        }
+        for rate in rates {
+            assert_eq!(
+                params(1, rate).leak_interval_ns(),
+                leak_interval_by_the_library(rate),
+                "{rate:e}"
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn the_leak_interval_is_the_librarys_on_any_rate(
+            bits in any::<u64>(),
+            rate in 1e-9f64..1e10,
+            interval in 0.0f64..4e16,
+        ) {
+            for rate in [f64::from_bits(bits), rate, 1e9 / interval] {
+                prop_assert_eq!(params(1, rate).leak_interval_ns(), leak_interval_by_the_library(rate));
+            }
+        }
     }
 
     proptest! {

@@ -227,8 +227,26 @@ impl SlidingLog {
 
     /// What the window holds at `now_ms`, the entries that left it being
     /// skipped rather than dropped.
+    #[inline]
     fn held_at(&self, now_ms: i64) -> HeldAt {
         let cutoff_ms = now_ms.saturating_sub(self.window());
+        if self.oldest_ms > cutoff_ms {
+            // Times only grow along the log (gaps are never negative): no
+            // entry has left, what the walk below finds at its first
+            // entry without unpacking it (every allowed check of a log
+            // whose oldest request is inside the window).
+            return HeldAt {
+                held: self.total,
+                left_entries: 0,
+                last_left_ms: self.oldest_ms,
+            };
+        }
+        self.held_at_walking(cutoff_ms)
+    }
+
+    /// [`SlidingLog::held_at`] by walking the log from its oldest entry,
+    /// for any log.
+    fn held_at_walking(&self, cutoff_ms: i64) -> HeldAt {
         let mut at_ms = self.oldest_ms;
         let mut last_left_ms = self.oldest_ms;
         let mut left = 0u64;
@@ -928,6 +946,38 @@ mod tests {
             prop_oneof![Just(1u64), 1u64..12],
             prop::bool::weighted(0.2),
         )
+    }
+
+    proptest! {
+        /// Reading the window off a log without walking it, when its oldest
+        /// entry is inside, answers what the walk does, at any time.
+        #[test]
+        fn the_window_read_without_a_walk_is_the_walks(
+            limit in 1u64..30,
+            window_ms in 1u64..2000,
+            ops in prop::collection::vec(op(), 1..100),
+            probes in prop::collection::vec(-3000i64..5000, 1..20),
+        ) {
+            let p = params(limit, window_ms);
+            let mut s = None;
+            let mut now = T0;
+            for (step, cost, peek) in ops {
+                now += step;
+                call(&mut s, p, now, cost, if peek { Mode::Peek } else { Mode::Take });
+            }
+            let Some(log) = s else { return Ok(()) };
+            let w = window_ms as i64;
+            let edges = [log.oldest_ms + w - 1, log.oldest_ms + w, log.oldest_ms + w + 1, i64::MIN, i64::MAX];
+            for at in probes.into_iter().map(|d| now + d).chain(edges) {
+                let read = log.held_at(at);
+                let walked = log.held_at_walking(at.saturating_sub(log.window()));
+                prop_assert_eq!(
+                    (read.held, read.left_entries, read.last_left_ms),
+                    (walked.held, walked.left_entries, walked.last_left_ms),
+                    "at {}", at
+                );
+            }
+        }
     }
 
     proptest! {
