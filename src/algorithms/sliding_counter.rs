@@ -97,22 +97,48 @@ impl Syntax for SlidingCounterParams {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlidingCounter {
-    params: SlidingCounterParams,
+    /// The parameters' limit and window; their precision is the length of
+    /// the ring less one.
+    limit: u64,
+    window_ms: u64,
     /// Requests counted in bucket `i`, at `counts[i % (precision + 1)]`, for
     /// the buckets from `newest - precision` to `newest`, where `newest` is
     /// the bucket of `updated_ms`.
     counts: Box<[u64]>,
     /// When the counts were last brought up to date (Unix ms).
     updated_ms: i64,
+    /// The state's fresh moment ([`State::fresh_at_ms`], the key's expiry,
+    /// asked for up to three times a check), kept up to date by every
+    /// change of the counts or of `updated_ms` (see `settle`). It takes the
+    /// 8 bytes a precision of its own would (with its padding), so the
+    /// state is no bigger than without it.
+    fresh_at_ms: i64,
 }
 
 impl SlidingCounter {
+    /// The parameters' precision: the ring holds `precision + 1` counts
+    /// (at most `u16::MAX + 1`).
+    fn precision(&self) -> u16 {
+        self.counts.len().wrapping_sub(1) as u16
+    }
+
+    /// The fresh moment, computed (see [`State::fresh_at_ms`]).
+    fn fresh_moment(&self) -> i64 {
+        self.fresh_moment_fast()
+            .unwrap_or_else(|| self.fresh_moment_wide())
+    }
+
+    /// Brings the stored fresh moment up to date after a change.
+    fn settle(&mut self) {
+        self.fresh_at_ms = self.fresh_moment();
+    }
+
     fn n(&self) -> i128 {
-        i128::from(self.params.precision)
+        i128::from(self.precision())
     }
 
     fn w(&self) -> i128 {
-        i128::from(self.params.window_ms)
+        i128::from(self.window_ms)
     }
 
     fn ticks(&self, t_ms: i64) -> i128 {
@@ -123,14 +149,14 @@ impl SlidingCounter {
         // Times, precisions and windows are bounded (2^53 ms, 1000, 366 d), so
         // ticks fit an i64 and the division is one machine instruction
         // rather than a 128-bit division routine: this runs on every check.
-        match t_ms.checked_mul(i64::from(self.params.precision)) {
-            Some(ticks) => i128::from(ticks.div_euclid(self.params.window_ms.max(1) as i64)),
+        match t_ms.checked_mul(i64::from(self.precision())) {
+            Some(ticks) => i128::from(ticks.div_euclid(self.window_ms.max(1) as i64)),
             None => self.ticks(t_ms).div_euclid(self.w()),
         }
     }
 
     fn slot(&self, bucket: i128) -> usize {
-        let ring = i64::from(self.params.precision) + 1;
+        let ring = i64::from(self.precision()) + 1;
         match i64::try_from(bucket) {
             Ok(bucket) => bucket.rem_euclid(ring) as usize,
             Err(_) => bucket.rem_euclid(i128::from(ring)) as usize,
@@ -189,7 +215,7 @@ impl SlidingCounter {
         let (n, w) = (self.n(), self.w());
         let now_ticks = self.ticks(now_ms);
         let current = self.bucket_of(now_ms);
-        let limit = i128::from(self.params.limit);
+        let limit = i128::from(self.limit);
         let cost = i128::from(cost);
         // The buckets after the oldest, from the window ending in `current`;
         // each step forward drops the one that becomes the oldest, so the
@@ -231,11 +257,12 @@ impl SlidingCounter {
 /// bit for bit (the `fast_and_wide` property tests compare them with a
 /// frozen copy of the 128-bit code).
 impl SlidingCounter {
-    /// The precision and the window when the fast path applies to them.
+    /// The precision and the window when the fast path applies to them
+    /// (the ring is always `precision + 1` long).
     fn shape(&self) -> Option<(NonZeroU64, NonZeroU64)> {
-        let n = NonZeroU64::new(u64::from(self.params.precision))?;
-        let w = NonZeroU64::new(self.params.window_ms).filter(|w| w.get() <= i64::MAX as u64)?;
-        (self.counts.len() as u64 == n.get() + 1).then_some((n, w))
+        let n = NonZeroU64::new((self.counts.len() as u64).saturating_sub(1))?;
+        let w = NonZeroU64::new(self.window_ms).filter(|w| w.get() <= i64::MAX as u64)?;
+        Some((n, w))
     }
 
     /// The bucket of `t_ms` and the ticks into it, when `t_ms` is at least 0
@@ -293,7 +320,7 @@ impl SlidingCounter {
     /// oldest, weighted `part` (its count times the ticks of it still in the
     /// window): `part + (recent + cost) * w <= limit * w`.
     fn fits(&self, recent: u128, part: u128, cost: u64, w: NonZeroU64) -> bool {
-        let Some(room) = self.params.limit.checked_sub(cost) else {
+        let Some(room) = self.limit.checked_sub(cost) else {
             return false;
         };
         match u128::from(room).checked_sub(recent) {
@@ -323,7 +350,7 @@ impl SlidingCounter {
         let old = self.count_at(self.after(slot));
         let mut recent = self.total() - u128::from(old);
         let part = u128::from(old) * u128::from(w.get() - into);
-        let limit = self.params.limit;
+        let limit = self.limit;
         let allowed = self.fits(recent, part, cost, w);
         let retry_after_ms = if allowed {
             0
@@ -348,10 +375,10 @@ impl SlidingCounter {
             limit,
             remaining: u64::try_from(remaining).unwrap_or(0),
             retry_after_ms,
-            reset_after_ms: self
-                .fresh_from(current, slot, n, w)
-                .saturating_sub(now_ms)
-                .max(0),
+            reset_after_ms: {
+                self.fresh_at_ms = self.fresh_from(current, slot, n, w);
+                self.fresh_at_ms.saturating_sub(now_ms).max(0)
+            },
             delay_ms: None,
         })
     }
@@ -408,11 +435,11 @@ impl SlidingCounter {
             .and_then(|bucket| bucket.checked_mul(w.get()))
             .map(|ticks| ticks / n + u64::from(ticks % n != 0))
             .and_then(|ms| i64::try_from(ms).ok());
-        ms.unwrap_or_else(|| self.fresh_at_ms_wide())
+        ms.unwrap_or_else(|| self.fresh_moment_wide())
     }
 
-    /// [`State::fresh_at_ms`] in 64 bits.
-    fn fresh_fast(&self) -> Option<i64> {
+    /// [`SlidingCounter::fresh_moment`] in 64 bits.
+    fn fresh_moment_fast(&self) -> Option<i64> {
         let (n, w) = self.shape()?;
         let (newest, _) = Self::place(self.updated_ms, n, w)?;
         let slot = (newest % self.counts.len() as u64) as usize;
@@ -457,14 +484,21 @@ impl Algorithm for SlidingCounter {
 
     fn fresh(params: SlidingCounterParams, now_ms: i64) -> Self {
         Self {
-            params,
+            limit: params.limit,
+            window_ms: params.window_ms,
             counts: vec![0; usize::from(params.precision) + 1].into_boxed_slice(),
             updated_ms: now_ms,
+            // Nothing counted: fresh from the start.
+            fresh_at_ms: now_ms,
         }
     }
 
     fn params(&self) -> SlidingCounterParams {
-        self.params
+        SlidingCounterParams {
+            limit: self.limit,
+            window_ms: self.window_ms,
+            precision: self.precision(),
+        }
     }
 
     fn limit_of(limit: u64, window_ms: u64) -> SlidingCounterParams {
@@ -484,8 +518,9 @@ impl Algorithm for SlidingCounter {
     /// does not depend on how many denied calls (which store nothing) came
     /// between.
     fn reconfigure(&mut self, params: SlidingCounterParams, _now_ms: i64) {
-        if params.window_ms == self.params.window_ms && params.precision == self.params.precision {
-            self.params.limit = params.limit;
+        if params.window_ms == self.window_ms && params.precision == self.precision() {
+            // The fresh moment does not depend on the limit.
+            self.limit = params.limit;
             return;
         }
         let at_ms = self.updated_ms;
@@ -496,6 +531,7 @@ impl Algorithm for SlidingCounter {
         if let Some(count) = next.counts.get_mut(slot) {
             *count = u64::try_from(carried).unwrap_or(MAX_AMOUNT).min(MAX_AMOUNT);
         }
+        next.settle();
         *self = next;
     }
 
@@ -507,18 +543,8 @@ impl Algorithm for SlidingCounter {
     /// counts (it is among the `precision + 1` the estimate reads); at most
     /// what that sub-window counted.
     fn refund(&mut self, now_ms: i64, amount: u64, granted_at_ms: i64) -> Option<u64> {
-        self.advance(now_ms);
-        let current = self.bucket_of(self.updated_ms);
-        let bucket = self.bucket_of(granted_at_ms);
-        if bucket > current || bucket < current - self.n() {
-            return Some(0);
-        }
-        let slot = self.slot(bucket);
-        let given = self.counts.get_mut(slot).map_or(0, |count| {
-            let given = amount.min(*count);
-            *count -= given;
-            given
-        });
+        let given = self.give_back(now_ms, amount, granted_at_ms);
+        self.settle();
         Some(given)
     }
 
@@ -539,14 +565,30 @@ impl Algorithm for SlidingCounter {
     }
 }
 
-/// The 128-bit path of the check, for what the fast one leaves out.
 impl SlidingCounter {
+    /// [`Algorithm::refund`] but for the fresh moment: what it gives back.
+    fn give_back(&mut self, now_ms: i64, amount: u64, granted_at_ms: i64) -> u64 {
+        self.advance(now_ms);
+        let current = self.bucket_of(self.updated_ms);
+        let bucket = self.bucket_of(granted_at_ms);
+        if bucket > current || bucket < current - self.n() {
+            return 0;
+        }
+        let slot = self.slot(bucket);
+        self.counts.get_mut(slot).map_or(0, |count| {
+            let given = amount.min(*count);
+            *count -= given;
+            given
+        })
+    }
+
+    // The 128-bit path of the check, for what the fast one leaves out.
     #[cold]
     #[inline(never)]
     fn check_wide(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Decision {
         self.advance(now_ms);
         let w = self.w();
-        let limit = self.params.limit;
+        let limit = self.limit;
         let used = self.used_scaled(now_ms);
         let allowed = cost <= limit && used + i128::from(cost) * w <= i128::from(limit) * w;
         let retry_after_ms = if allowed {
@@ -564,6 +606,7 @@ impl SlidingCounter {
             }
             used_after += i128::from(cost) * w;
         }
+        self.settle();
         let remaining = unscale((i128::from(limit) * w - used_after).max(0), w);
         Decision {
             allowed,
@@ -579,21 +622,21 @@ impl SlidingCounter {
     #[inline(never)]
     fn allows_in_place_wide(&self, now_ms: i64, cost: u64) -> Option<bool> {
         let w = self.w();
-        let limit = i128::from(self.params.limit);
+        let limit = i128::from(self.limit);
         let newest = self.bucket_of(self.updated_ms);
         let used = self.used_scaled_by(now_ms, |b| self.count_seen(b, newest));
-        Some(cost <= self.params.limit && used + i128::from(cost) * w <= limit * w)
+        Some(cost <= self.limit && used + i128::from(cost) * w <= limit * w)
     }
 
     #[cold]
     #[inline(never)]
-    fn fresh_at_ms_wide(&self) -> i64 {
+    fn fresh_moment_wide(&self) -> i64 {
         let newest = self.bucket_of(self.updated_ms);
         let n = self.n();
         // The buckets from the newest back, `k` buckets back, by walking the
         // ring back from the newest one's slot: one division in all rather
         // than one a bucket (this runs three times a check).
-        let ring = usize::from(self.params.precision) + 1;
+        let ring = usize::from(self.precision()) + 1;
         let newest_slot = self.slot(newest);
         let back = (0..ring).find(|&k| {
             let slot = if k <= newest_slot {
@@ -617,9 +660,9 @@ impl State for SlidingCounter {
             .map(|bucket| Field::Int(i64::try_from(self.count(bucket)).unwrap_or(i64::MAX)))
             .collect();
         vec![
-            ("limit", Field::Int(self.params.limit as i64)),
-            ("window_ms", Field::Int(self.params.window_ms as i64)),
-            ("precision", Field::Int(i64::from(self.params.precision))),
+            ("limit", Field::Int(self.limit as i64)),
+            ("window_ms", Field::Int(self.window_ms as i64)),
+            ("precision", Field::Int(i64::from(self.precision()))),
             ("bucket_counts", Field::List(counts)),
             ("updated_ms", Field::Int(self.updated_ms)),
         ]
@@ -628,7 +671,7 @@ impl State for SlidingCounter {
     /// The newest bucket holding a request stops counting once it has slid
     /// wholly out of the window: `precision + 1` buckets after its start.
     fn fresh_at_ms(&self) -> i64 {
-        self.fresh_fast().unwrap_or_else(|| self.fresh_at_ms_wide())
+        self.fresh_at_ms
     }
 
     fn heap_bytes(&self) -> usize {
@@ -636,9 +679,9 @@ impl State for SlidingCounter {
     }
 
     fn encode_body(&self, out: &mut Vec<u8>) {
-        put_u64(out, self.params.limit);
-        put_u64(out, self.params.window_ms);
-        put_u16(out, self.params.precision);
+        put_u64(out, self.limit);
+        put_u64(out, self.window_ms);
+        put_u16(out, self.precision());
         put_i64(out, self.updated_ms);
         for &count in self.counts.iter() {
             put_u64(out, count);
@@ -664,11 +707,15 @@ impl State for SlidingCounter {
             ensure(count <= MAX_AMOUNT, "counter out of range")?;
             counts.push(count);
         }
-        Ok(Self {
-            params,
+        let mut state = Self {
+            limit,
+            window_ms,
             counts: counts.into_boxed_slice(),
             updated_ms,
-        })
+            fresh_at_ms: updated_ms,
+        };
+        state.settle();
+        Ok(state)
     }
 }
 
@@ -1098,6 +1145,13 @@ mod tests {
     }
 
     #[test]
+    fn keeping_the_fresh_moment_makes_a_counter_no_bigger() {
+        // Its 8 bytes are those a precision of its own took (2 and their
+        // padding): a key's MEMORY USAGE stays as documented.
+        assert_eq!(std::mem::size_of::<SlidingCounter>(), 48);
+    }
+
+    #[test]
     fn a_clock_stepping_back_means_no_time_passed() {
         let mut s = None;
         let p = params(2, 1000, 1);
@@ -1224,11 +1278,14 @@ mod tests {
         updated_ms: i64,
     ) -> (SlidingCounter, oracle::Old) {
         let counts: Box<[u64]> = counts.into();
-        let state = SlidingCounter {
-            params,
+        let mut state = SlidingCounter {
+            limit: params.limit,
+            window_ms: params.window_ms,
             counts: counts.clone(),
             updated_ms,
+            fresh_at_ms: 0,
         };
+        state.settle();
         let old = oracle::Old {
             params,
             counts,
@@ -1238,7 +1295,7 @@ mod tests {
     }
 
     fn same(state: &SlidingCounter, old: &oracle::Old) -> bool {
-        state.params == old.params
+        state.params() == old.params
             && state.counts == old.counts
             && state.updated_ms == old.updated_ms
     }
