@@ -279,8 +279,17 @@ impl SlidingCounter {
         if now_ms < self.updated_ms {
             return None;
         }
-        let (newest, _) = Self::place(self.updated_ms, n, w)?;
-        let (current, into) = Self::place(now_ms, n, w)?;
+        let ticks = u64::try_from(now_ms).ok()?.checked_mul(n.get())?;
+        let (current, into) = (ticks / w, ticks % w);
+        // The last update nearly always falls in the same bucket, which
+        // starts `into` ticks before now: a multiply tells, not a division.
+        // Its ticks fit, being no more than now's.
+        let updated_ticks = u64::try_from(self.updated_ms).ok()? * n.get();
+        let newest = if updated_ticks >= ticks - into {
+            current
+        } else {
+            updated_ticks / w
+        };
         Some((newest, current, into, n, w))
     }
 
@@ -303,7 +312,11 @@ impl SlidingCounter {
 
     /// Every count of the ring, summed (wide enough for any counts).
     fn total(&self) -> u128 {
-        self.counts.iter().map(|&count| u128::from(count)).sum()
+        match *self.counts {
+            // The default precision's two counts, without a loop.
+            [older, newer] => u128::from(older) + u128::from(newer),
+            ref counts => counts.iter().map(|&count| u128::from(count)).sum(),
+        }
     }
 
     /// The slot of the oldest bucket of the window whose newest bucket sits
@@ -451,6 +464,9 @@ impl SlidingCounter {
 /// in ms nearly always does): no 128-bit division routine.
 fn ceil_div(part: u128, w: NonZeroU64) -> u128 {
     match u64::try_from(part) {
+        // Nothing of the oldest bucket counts (the window's first bucket
+        // since it was last used, or the oldest is empty): no division.
+        Ok(0) => 0,
         Ok(part) => u128::from(part / w + u64::from(part % w != 0)),
         Err(_) => part.div_ceil(u128::from(w.get())),
     }
