@@ -360,6 +360,10 @@ impl SlidingCounter {
         }
         self.updated_ms = now_ms;
         let slot = (current % ring as u64) as usize;
+        // The newest bucket of the last update still the newest, and it
+        // counted something: the fresh moment, which follows from that
+        // bucket alone, stays as it was (nearly every check of a key in use).
+        let fresh_kept = stale == 0 && self.count_at(slot) > 0;
         let old = self.count_at(self.after(slot));
         let mut recent = self.total() - u128::from(old);
         let part = u128::from(old) * u128::from(w.get() - into);
@@ -389,7 +393,9 @@ impl SlidingCounter {
             remaining: u64::try_from(remaining).unwrap_or(0),
             retry_after_ms,
             reset_after_ms: {
-                self.fresh_at_ms = self.fresh_from(current, slot, n, w);
+                if !fresh_kept {
+                    self.fresh_at_ms = self.fresh_from(current, slot, n, w);
+                }
                 self.fresh_at_ms.saturating_sub(now_ms).max(0)
             },
             delay_ms: None,
