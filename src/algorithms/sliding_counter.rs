@@ -212,6 +212,11 @@ impl SlidingCounter {
     /// The weighted count only falls as time passes (the oldest bucket fades,
     /// then drops out), so the first moment it fits is found bucket by bucket.
     fn ms_until_fits(&self, now_ms: i64, cost: u64) -> i64 {
+        self.ms_until_fits_by(now_ms, cost, |b| self.count(b))
+    }
+
+    /// [`Self::ms_until_fits`] with the count of each bucket from `count`.
+    fn ms_until_fits_by(&self, now_ms: i64, cost: u64, count: impl Fn(i128) -> i128) -> i64 {
         let (n, w) = (self.n(), self.w());
         let now_ticks = self.ticks(now_ms);
         let current = self.bucket_of(now_ms);
@@ -220,10 +225,10 @@ impl SlidingCounter {
         // The buckets after the oldest, from the window ending in `current`;
         // each step forward drops the one that becomes the oldest, so the
         // search is linear in the precision, not quadratic.
-        let mut recent: i128 = (current - n + 1..=current).map(|b| self.count(b)).sum();
+        let mut recent: i128 = (current - n + 1..=current).map(&count).sum();
         for k in 0..=n {
             let bucket = current + k;
-            let oldest = self.count(bucket - n);
+            let oldest = count(bucket - n);
             if k > 0 {
                 recent -= oldest;
             }
@@ -407,25 +412,65 @@ impl SlidingCounter {
     /// empties, without emptying them.
     fn allows_fast(&self, now_ms: i64, cost: u64) -> Option<bool> {
         let (newest, current, into, _, w) = self.places(now_ms)?;
-        let ring = self.counts.len();
-        let stale = current - newest;
-        let (recent, old) = if stale >= ring as u64 {
-            (0, 0)
-        } else {
-            let slot = (current % ring as u64) as usize;
-            let old = self.count_at(self.after(slot));
-            let mut recent = self.total() - u128::from(old);
-            if stale > 0 {
-                let (a, b) = self.runs(self.after((newest % ring as u64) as usize), stale as usize);
-                for run in [a, b] {
-                    let run = self.counts.get(run).unwrap_or_default();
-                    recent -= run.iter().map(|&count| u128::from(count)).sum::<u128>();
-                }
-            }
-            (recent, old)
-        };
+        let (recent, old) = self.seen(newest, current);
         let part = u128::from(old) * u128::from(w.get() - into);
         Some(self.fits(recent, part, cost, w))
+    }
+
+    /// The window's recent buckets' counts, summed, and its oldest bucket's
+    /// count, as the check at bucket `current` would see them once the
+    /// state, last updated in bucket `newest`, is advanced: the slots of
+    /// the buckets that slid out count nothing.
+    fn seen(&self, newest: u64, current: u64) -> (u128, u64) {
+        let ring = self.counts.len();
+        let stale = current - newest;
+        if stale >= ring as u64 {
+            return (0, 0);
+        }
+        let slot = (current % ring as u64) as usize;
+        let old = self.count_at(self.after(slot));
+        let mut recent = self.total() - u128::from(old);
+        if stale > 0 {
+            let (a, b) = self.runs(self.after((newest % ring as u64) as usize), stale as usize);
+            for run in [a, b] {
+                let run = self.counts.get(run).unwrap_or_default();
+                recent -= run.iter().map(|&count| u128::from(count)).sum::<u128>();
+            }
+        }
+        (recent, old)
+    }
+
+    /// [`Algorithm::decide_in_place`] in 64 bits: the check's answer from
+    /// the counts as it would see them once advanced (see [`Self::seen`]),
+    /// and from the fresh moment as kept: advancing forgets only buckets
+    /// that no longer count by now, and when it forgets every count, the
+    /// kept moment is no later than now, when the advanced state is fresh.
+    fn decide_fast(&self, now_ms: i64, cost: u64) -> Option<Decision> {
+        let (newest, current, into, _, w) = self.places(now_ms)?;
+        let (recent, old) = self.seen(newest, current);
+        let part = u128::from(old) * u128::from(w.get() - into);
+        let limit = self.limit;
+        let allowed = self.fits(recent, part, cost, w);
+        let retry_after_ms = if allowed {
+            0
+        } else if cost > limit {
+            -1
+        } else {
+            let newest = i128::from(newest);
+            self.ms_until_fits_by(now_ms, cost, |b| self.count_seen(b, newest))
+                .max(1)
+        };
+        let remaining = u128::from(limit)
+            .checked_sub(recent)
+            .map_or(0, |room| room.saturating_sub(ceil_div(part, w)));
+        Some(Decision {
+            allowed,
+            limit,
+            remaining: u64::try_from(remaining).unwrap_or(0),
+            retry_after_ms,
+            reset_after_ms: self.fresh_at_ms.saturating_sub(now_ms).max(0),
+            delay_ms: None,
+        })
     }
 
     /// The fresh moment (see [`State::fresh_at_ms`]) of a state whose last
@@ -584,6 +629,16 @@ impl Algorithm for SlidingCounter {
             Some(allowed) => Some(allowed),
             None => self.allows_in_place_wide(now_ms, cost),
         }
+    }
+
+    /// A denial or a peek answered without a copy of the counts (see
+    /// [`SlidingCounter::decide_fast`]); outside the 64-bit path's range,
+    /// `None`: the caller checks a copy.
+    // Kept out of line, as it was when there was none: a denial's path
+    // should not weigh on the callers' path of a request taken.
+    #[inline(never)]
+    fn decide_in_place(&self, now_ms: i64, cost: u64) -> Option<Decision> {
+        self.decide_fast(now_ms, cost)
     }
 }
 
@@ -1426,6 +1481,15 @@ mod tests {
             let clamped = now.max(updated_ms);
             proptest::prop_assert_eq!(state.allows_in_place(clamped, cost), old.allows_in_place(clamped, cost));
             proptest::prop_assert_eq!(state.allows_in_place(now, cost), old.allows_in_place(now, cost));
+            // A peek or a denial answered in place: the answer of a check
+            // of a copy (a denial answers as a peek does).
+            let decided = state.decide_in_place(clamped, cost);
+            if updated_ms >= 0 && clamped <= MAX_TIMESTAMP_MS {
+                proptest::prop_assert!(decided.is_some());
+            }
+            if let Some(decided) = decided {
+                proptest::prop_assert_eq!(decided, old.clone().check(clamped, cost, Mode::Peek));
+            }
             let (mut state, mut old) = (state, old);
             proptest::prop_assert_eq!(state.check(now, cost, mode), old.check(now, cost, mode));
             proptest::prop_assert!(same(&state, &old), "{:?} {:?}", state, old);
@@ -1451,6 +1515,9 @@ mod tests {
                 let mode = if what % 3 == 0 { Mode::Peek } else { Mode::Take };
                 let clamped = now.max(state.updated_ms);
                 proptest::prop_assert_eq!(state.allows_in_place(clamped, cost), old.allows_in_place(clamped, cost));
+                if let Some(decided) = state.decide_in_place(clamped, cost) {
+                    proptest::prop_assert_eq!(decided, old.clone().check(clamped, cost, Mode::Peek));
+                }
                 proptest::prop_assert_eq!(state.check(clamped, cost, mode), old.check(clamped, cost, mode));
                 if what == 9 {
                     let back = clamped.saturating_sub(step);
