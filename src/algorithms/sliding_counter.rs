@@ -334,87 +334,32 @@ impl SlidingCounter {
         }
     }
 
-    /// Whether `cost` more fits beside the window's `recent` buckets and its
-    /// oldest, weighted `part` (its count times the ticks of it still in the
-    /// window): `part + (recent + cost) * w <= limit * w`.
-    fn fits(&self, recent: u128, part: u128, cost: u64, w: NonZeroU64) -> bool {
+    /// Whether `cost` more fits beside the window's recent buckets and its
+    /// oldest, weighted: `part + (recent + cost) * w <= limit * w`.
+    fn fits(&self, view: &View, cost: u64) -> bool {
         let Some(room) = self.limit.checked_sub(cost) else {
             return false;
         };
-        match u128::from(room).checked_sub(recent) {
-            Some(room) => part <= room * u128::from(w.get()),
+        match u128::from(room).checked_sub(view.recent) {
+            Some(room) => view.part <= room * u128::from(view.w.get()),
             None => false,
         }
     }
 
-    /// [`Algorithm::check`] in 64 bits; `None` outside its range, before
-    /// anything is changed.
-    fn check_fast(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Option<Decision> {
+    /// Where a check at `now_ms` stands, read off the state without
+    /// changing it; `None` outside the fast path's range.
+    #[inline(always)]
+    fn view(&self, now_ms: i64) -> Option<View> {
         let (newest, current, into, n, w) = self.places(now_ms)?;
-        let ring = self.counts.len();
-        // Forget the buckets that slid out (see `advance`).
-        let stale = current - newest;
-        if stale > 0 {
-            let stale = usize::try_from(stale).map_or(ring, |stale| stale.min(ring));
-            let (a, b) = self.runs(self.after((newest % ring as u64) as usize), stale);
-            for run in [a, b] {
-                if let Some(run) = self.counts.get_mut(run) {
-                    run.fill(0);
-                }
-            }
-        }
-        self.updated_ms = now_ms;
-        let slot = (current % ring as u64) as usize;
-        // The newest bucket of the last update still the newest, and it
-        // counted something: the fresh moment, which follows from that
-        // bucket alone, stays as it was (nearly every check of a key in use).
-        let fresh_kept = stale == 0 && self.count_at(slot) > 0;
-        let old = self.count_at(self.after(slot));
-        let mut recent = self.total() - u128::from(old);
-        let part = u128::from(old) * u128::from(w.get() - into);
-        let limit = self.limit;
-        let allowed = self.fits(recent, part, cost, w);
-        let retry_after_ms = if allowed {
-            0
-        } else if cost > limit {
-            -1
-        } else {
-            self.ms_until_fits(now_ms, cost).max(1)
-        };
-        if allowed && mode == Mode::Take {
-            if let Some(count) = self.counts.get_mut(slot) {
-                *count = count.saturating_add(cost);
-            }
-            recent += u128::from(cost);
-        }
-        // floor((limit * w - used) / w), at least 0, with used = part +
-        // recent * w: limit - recent - ceil(part / w).
-        let remaining = u128::from(limit)
-            .checked_sub(recent)
-            .map_or(0, |room| room.saturating_sub(ceil_div(part, w)));
-        Some(Decision {
-            allowed,
-            limit,
-            remaining: u64::try_from(remaining).unwrap_or(0),
-            retry_after_ms,
-            reset_after_ms: {
-                if !fresh_kept {
-                    self.fresh_at_ms = self.fresh_from(current, slot, n, w);
-                }
-                self.fresh_at_ms.saturating_sub(now_ms).max(0)
-            },
-            delay_ms: None,
-        })
-    }
-
-    /// [`Algorithm::allows_in_place`] in 64 bits: the counts as the check
-    /// would see them once advanced by `stale` buckets, whose slots it
-    /// empties, without emptying them.
-    fn allows_fast(&self, now_ms: i64, cost: u64) -> Option<bool> {
-        let (newest, current, into, _, w) = self.places(now_ms)?;
         let (recent, old) = self.seen(newest, current);
-        let part = u128::from(old) * u128::from(w.get() - into);
-        Some(self.fits(recent, part, cost, w))
+        Some(View {
+            newest,
+            current,
+            recent,
+            part: u128::from(old) * u128::from(w.get() - into),
+            n,
+            w,
+        })
     }
 
     /// The window's recent buckets' counts, summed, and its oldest bucket's
@@ -440,37 +385,95 @@ impl SlidingCounter {
         (recent, old)
     }
 
-    /// [`Algorithm::decide_in_place`] in 64 bits: the check's answer from
-    /// the counts as it would see them once advanced (see [`Self::seen`]),
-    /// and from the fresh moment as kept: advancing forgets only buckets
-    /// that no longer count by now, and when it forgets every count, the
-    /// kept moment is no later than now, when the advanced state is fresh.
-    fn decide_fast(&self, now_ms: i64, cost: u64) -> Option<Decision> {
-        let (newest, current, into, _, w) = self.places(now_ms)?;
-        let (recent, old) = self.seen(newest, current);
-        let part = u128::from(old) * u128::from(w.get() - into);
+    /// [`Algorithm::check`] in 64 bits; `None` outside its range, before
+    /// anything is changed.
+    fn check_fast(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Option<Decision> {
+        let view = self.view(now_ms)?;
+        if mode == Mode::Take && self.fits(&view, cost) {
+            return Some(self.take_viewed(&view, now_ms, cost));
+        }
+        // Answered as a stored state's denial or peek is, then the state
+        // brought up to date, as a check does.
+        let decision = self.decide_viewed(&view, now_ms, cost);
+        self.advance_viewed(&view, now_ms, 0);
+        Some(decision)
+    }
+
+    /// Takes `cost`, which fits (see [`Self::fits`]).
+    #[inline(always)]
+    fn take_viewed(&mut self, view: &View, now_ms: i64, cost: u64) -> Decision {
+        self.advance_viewed(view, now_ms, cost);
+        Decision {
+            allowed: true,
+            limit: self.limit,
+            remaining: remaining(
+                self.limit,
+                view.recent + u128::from(cost),
+                view.part,
+                view.w,
+            ),
+            retry_after_ms: 0,
+            reset_after_ms: self.fresh_at_ms.saturating_sub(now_ms).max(0),
+            delay_ms: None,
+        }
+    }
+
+    /// Brings the state up to `now_ms` (see `advance`), `taken` counted in
+    /// its bucket, the fresh moment kept up to date.
+    #[inline(always)]
+    fn advance_viewed(&mut self, view: &View, now_ms: i64, taken: u64) {
+        let ring = self.counts.len();
+        let stale = view.current - view.newest;
+        if stale > 0 {
+            let stale = usize::try_from(stale).map_or(ring, |stale| stale.min(ring));
+            let (a, b) = self.runs(self.after((view.newest % ring as u64) as usize), stale);
+            for run in [a, b] {
+                if let Some(run) = self.counts.get_mut(run) {
+                    run.fill(0);
+                }
+            }
+        }
+        self.updated_ms = now_ms;
+        let slot = (view.current % ring as u64) as usize;
+        // The newest bucket of the last update still the newest, and it
+        // counted something: the fresh moment, which follows from that
+        // bucket alone, stays as it was (nearly every check of a key in use).
+        let fresh_kept = stale == 0 && self.count_at(slot) > 0;
+        if let Some(count) = self.counts.get_mut(slot) {
+            *count = count.saturating_add(taken);
+        }
+        if !fresh_kept {
+            self.fresh_at_ms = self.fresh_from(view.current, slot, view.n, view.w);
+        }
+    }
+
+    /// What a check would answer without taking anything (a peek, or a
+    /// denial), from the view, and from the fresh moment as kept:
+    /// advancing forgets only buckets that no longer count by now, and when
+    /// it forgets every count, the kept moment is no later than now, when
+    /// the advanced state is fresh. Kept out of line: the path of a
+    /// request taken does not carry it.
+    #[inline(never)]
+    fn decide_viewed(&self, view: &View, now_ms: i64, cost: u64) -> Decision {
         let limit = self.limit;
-        let allowed = self.fits(recent, part, cost, w);
+        let allowed = self.fits(view, cost);
         let retry_after_ms = if allowed {
             0
         } else if cost > limit {
             -1
         } else {
-            let newest = i128::from(newest);
+            let newest = i128::from(view.newest);
             self.ms_until_fits_by(now_ms, cost, |b| self.count_seen(b, newest))
                 .max(1)
         };
-        let remaining = u128::from(limit)
-            .checked_sub(recent)
-            .map_or(0, |room| room.saturating_sub(ceil_div(part, w)));
-        Some(Decision {
+        Decision {
             allowed,
             limit,
-            remaining: u64::try_from(remaining).unwrap_or(0),
+            remaining: remaining(limit, view.recent, view.part, view.w),
             retry_after_ms,
             reset_after_ms: self.fresh_at_ms.saturating_sub(now_ms).max(0),
             delay_ms: None,
-        })
+        }
     }
 
     /// The fresh moment (see [`State::fresh_at_ms`]) of a state whose last
@@ -509,6 +512,30 @@ impl SlidingCounter {
         let slot = (newest % self.counts.len() as u64) as usize;
         Some(self.fresh_from(newest, slot, n, w))
     }
+}
+
+/// Where a check stands (see [`SlidingCounter::view`]).
+struct View {
+    /// The bucket of the last update, and of now.
+    newest: u64,
+    current: u64,
+    /// The counts of the window's buckets after its oldest, summed, as the
+    /// check sees them once the state is advanced.
+    recent: u128,
+    /// The oldest bucket's count times its ticks still in the window.
+    part: u128,
+    n: NonZeroU64,
+    w: NonZeroU64,
+}
+
+/// What remains under the limit: `floor((limit * w - used) / w)`, at
+/// least 0, with `used = part + recent * w`; that is `limit - recent -
+/// ceil(part / w)`.
+fn remaining(limit: u64, recent: u128, part: u128, w: NonZeroU64) -> u64 {
+    let left = u128::from(limit)
+        .checked_sub(recent)
+        .map_or(0, |room| room.saturating_sub(ceil_div(part, w)));
+    u64::try_from(left).unwrap_or(0)
 }
 
 /// `ceil(part / w)`, in 64 bits when `part` fits (a count times a window
@@ -625,20 +652,52 @@ impl Algorithm for SlidingCounter {
     /// Decided without a copy of the counts: the counts as the check would
     /// see them once advanced (see [`SlidingCounter::count_seen`]).
     fn allows_in_place(&self, now_ms: i64, cost: u64) -> Option<bool> {
-        match self.allows_fast(now_ms, cost) {
-            Some(allowed) => Some(allowed),
+        match self.view(now_ms) {
+            Some(view) => Some(self.fits(&view, cost)),
             None => self.allows_in_place_wide(now_ms, cost),
         }
     }
 
+    /// [`Algorithm::check_stored`] in one pass over the counts: the trait's
+    /// default asks [`Algorithm::allows_in_place`], then checks, two passes
+    /// (about 100 instructions more a request). The same answers and state
+    /// (the property tests compare it with a check of a copy); outside the
+    /// fast path's range, or under other parameters, a copy is checked, as
+    /// the default does then.
+    fn check_stored(
+        &mut self,
+        params: SlidingCounterParams,
+        now_ms: i64,
+        cost: u64,
+        mode: Mode,
+    ) -> (Decision, bool) {
+        if self.params() == params {
+            let now_ms = now_ms.max(self.updated_ms);
+            if let Some(view) = self.view(now_ms) {
+                if mode == Mode::Take && self.fits(&view, cost) {
+                    return (self.take_viewed(&view, now_ms, cost), true);
+                }
+                return (self.decide_viewed(&view, now_ms, cost), false);
+            }
+        }
+        match Self::check_with(Some(self), params, now_ms, cost, mode) {
+            (decision, Some(next)) => {
+                *self = next;
+                (decision, true)
+            }
+            (decision, None) => (decision, false),
+        }
+    }
+
     /// A denial or a peek answered without a copy of the counts (see
-    /// [`SlidingCounter::decide_fast`]); outside the 64-bit path's range,
+    /// [`SlidingCounter::decide_viewed`]); outside the 64-bit path's range,
     /// `None`: the caller checks a copy.
     // Kept out of line, as it was when there was none: a denial's path
     // should not weigh on the callers' path of a request taken.
     #[inline(never)]
     fn decide_in_place(&self, now_ms: i64, cost: u64) -> Option<Decision> {
-        self.decide_fast(now_ms, cost)
+        let view = self.view(now_ms)?;
+        Some(self.decide_viewed(&view, now_ms, cost))
     }
 }
 
@@ -1489,6 +1548,19 @@ mod tests {
             }
             if let Some(decided) = decided {
                 proptest::prop_assert_eq!(decided, old.clone().check(clamped, cost, Mode::Peek));
+            }
+            // A stored state checked as the Redis layer does: the state
+            // changes only when the request is taken.
+            let mut stored = state.clone();
+            let mut checked = old.clone();
+            let (decision, changed) = stored.check_stored(p, now, cost, mode);
+            proptest::prop_assert_eq!(decision, checked.check(clamped, cost, mode));
+            proptest::prop_assert_eq!(changed, decision.allowed && mode == Mode::Take);
+            if changed {
+                proptest::prop_assert!(same(&stored, &checked), "{:?} {:?}", stored, checked);
+                proptest::prop_assert_eq!(stored.fresh_at_ms(), checked.fresh_at_ms());
+            } else {
+                proptest::prop_assert_eq!(&stored, &state);
             }
             let (mut state, mut old) = (state, old);
             proptest::prop_assert_eq!(state.check(now, cost, mode), old.check(now, cost, mode));
