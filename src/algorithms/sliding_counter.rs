@@ -148,7 +148,8 @@ impl SlidingCounter {
     fn bucket_of(&self, t_ms: i64) -> i128 {
         // Times, precisions and windows are bounded (2^53 ms, 1000, 366 d), so
         // ticks fit an i64 and the division is one machine instruction
-        // rather than a 128-bit division routine: this runs on every check.
+        // rather than a 128-bit division routine (the 128-bit path, a
+        // refund, a new window and RL.INFO come here).
         match t_ms.checked_mul(i64::from(self.precision())) {
             Some(ticks) => i128::from(ticks.div_euclid(self.window_ms.max(1) as i64)),
             None => self.ticks(t_ms).div_euclid(self.w()),
@@ -552,8 +553,7 @@ fn ceil_div(part: u128, w: NonZeroU64) -> u128 {
 
 fn ticks_to_ms_ceil(ticks: i128, n: i128) -> i64 {
     // In i64 when it fits (always, for times and windows in range): one
-    // machine division rather than a 128-bit division routine, on every
-    // check (the key's fresh moment and reset_after_ms come from here).
+    // machine division rather than a 128-bit division routine.
     if let (Ok(ticks), Ok(n)) = (i64::try_from(ticks), i64::try_from(n)) {
         if let Some(up) = ticks.checked_add(n - 1) {
             return up.div_euclid(n).max(0);
@@ -565,7 +565,7 @@ fn ticks_to_ms_ceil(ticks: i128, n: i128) -> i64 {
 
 /// `scaled / w` for a count scaled by a window of `w` ticks (both at least
 /// 0 and 1), in u64 when it fits (a limit times a window in ms nearly
-/// always does): no 128-bit division routine on every check.
+/// always does): no 128-bit division routine.
 fn unscale(scaled: i128, w: i128) -> i128 {
     match (u64::try_from(scaled), u64::try_from(w)) {
         (Ok(scaled), Ok(w)) if w > 0 => i128::from(scaled / w),
@@ -771,7 +771,7 @@ impl SlidingCounter {
         let n = self.n();
         // The buckets from the newest back, `k` buckets back, by walking the
         // ring back from the newest one's slot: one division in all rather
-        // than one a bucket (this runs three times a check).
+        // than one a bucket.
         let ring = usize::from(self.precision()) + 1;
         let newest_slot = self.slot(newest);
         let back = (0..ring).find(|&k| {
