@@ -410,8 +410,9 @@ impl<R: RawKey> Key<'_, Write, R> {
     /// `before_ms` to `after_ms`. A move by more than the slack leaves no
     /// expiry in the band it had (at most `before_ms + slack_ms`) valid, so
     /// the expiry is set without being read first: a lookup saved on every
-    /// check that must move it anyway.
-    #[inline]
+    /// check that must move it anyway. Inlined always (a plain `#[inline]`
+    /// left it a call with its prologue on every check).
+    #[inline(always)]
     pub fn settle_expiry_moved(&mut self, before_ms: i64, after_ms: i64, slack_ms: u32) -> bool {
         if after_ms.saturating_sub(before_ms) > i64::from(slack_ms) {
             self.expire_fresh(after_ms, slack_ms);
