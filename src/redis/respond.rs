@@ -78,7 +78,7 @@ pub fn respond_plain<A: Checked>(
     let opened = run.write(token, key);
     let decided =
         apply_open::<Run<'_>, A>(run, opened, key, params, plain.cost, plain.penalty_ms, None);
-    run.propagate(Some(args), None);
+    run.propagate_check(args);
     match decided {
         Ok(decision) => answer_one(ctx, plain.counter, key, plain.shadow, &decision, reply),
         Err(error) => ctx.reply_error(&error),
