@@ -395,7 +395,10 @@ impl<R: RawKey> Key<'_, Write, R> {
 
     /// Puts the key's expiry in its band after `fresh_at_ms` (see
     /// `crate::algorithms::expiry::next_expiry`). Returns whether it moved. The key
-    /// must be open for writing and hold a value.
+    /// must be open for writing and hold a value. Inlined always: every
+    /// take whose state's fresh moment barely moved (a window's count)
+    /// reads and keeps the expiry here.
+    #[inline(always)]
     pub fn settle_expiry(&mut self, fresh_at_ms: i64, slack_ms: u32) -> bool {
         match next_expiry(fresh_at_ms, self.expires_at(), slack_ms) {
             Some(at) => {
