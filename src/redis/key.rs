@@ -395,7 +395,10 @@ impl<R: RawKey> Key<'_, Write, R> {
 
     /// Puts the key's expiry in its band after `fresh_at_ms` (see
     /// `crate::algorithms::expiry::next_expiry`). Returns whether it moved. The key
-    /// must be open for writing and hold a value.
+    /// must be open for writing and hold a value. Inlined always: every
+    /// take whose state's fresh moment barely moved (a window's count)
+    /// reads and keeps the expiry here.
+    #[inline(always)]
     pub fn settle_expiry(&mut self, fresh_at_ms: i64, slack_ms: u32) -> bool {
         match next_expiry(fresh_at_ms, self.expires_at(), slack_ms) {
             Some(at) => {
@@ -410,8 +413,9 @@ impl<R: RawKey> Key<'_, Write, R> {
     /// `before_ms` to `after_ms`. A move by more than the slack leaves no
     /// expiry in the band it had (at most `before_ms + slack_ms`) valid, so
     /// the expiry is set without being read first: a lookup saved on every
-    /// check that must move it anyway.
-    #[inline]
+    /// check that must move it anyway. Inlined always (a plain `#[inline]`
+    /// left it a call with its prologue on every check).
+    #[inline(always)]
     pub fn settle_expiry_moved(&mut self, before_ms: i64, after_ms: i64, slack_ms: u32) -> bool {
         if after_ms.saturating_sub(before_ms) > i64::from(slack_ms) {
             self.expire_fresh(after_ms, slack_ms);

@@ -133,6 +133,30 @@ impl<'a> Run<'a> {
         self.changed.set(true);
     }
 
+    /// [`Run::propagate`] of a check command's or `CL.THROTTLE`'s plain
+    /// request (`super::respond::respond_plain`), inlined into it: a
+    /// client's command, its header glued to the argument the parser read
+    /// first, no drawn id. Any other run goes the general way.
+    #[inline(always)]
+    pub fn propagate_check(&self, args: &Args<'_>) {
+        if !self.changed.get() {
+            return;
+        }
+        if let Origin::Client {
+            command: command @ (Command::Check(_) | Command::ClThrottle),
+            glue_at,
+            glue_word: None,
+        } = self.origin
+        {
+            if let Some(word) = args.bytes_read(glue_at) {
+                let head = fixed_header(command, self.now_ms, self.expiry_slack_ms);
+                replicate_swapped(self.ctx, args, &APPLY, glue_at, &head, word);
+            }
+            return;
+        }
+        self.propagate(Some(args), None);
+    }
+
     /// Propagates the command, when it changed anything: a client's as its
     /// replay (with `drawn_id`, the lease id the server drew, if any), a
     /// replay as it is. Call once, after the command's last write.

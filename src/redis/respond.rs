@@ -3,8 +3,9 @@
 //! request to [`respond`], which queues it behind waiters or decides it,
 //! propagates what it changed, has it wait (`BLOCK`) or answers it.
 
-use super::engine::check::apply;
+use super::engine::check::apply_open;
 use super::engine::decide::decide;
+use super::engine::store::Store;
 use super::engine::Checked;
 use super::ffi::{Args, Ctx, KeyName, Status};
 use super::key::KeyToken;
@@ -72,17 +73,12 @@ pub fn respond_plain<A: Checked>(
 ) -> Status {
     let ctx = run.ctx;
     let token = &mut KeyToken::of(ctx);
-    let decided = apply::<Run<'_>, A>(
-        run,
-        token,
-        key,
-        params,
-        plain.cost,
-        Mode::Take,
-        plain.penalty_ms,
-        None,
-    );
-    run.propagate(Some(args), None);
+    // `apply`'s take, on its key opened here: inlined into the command
+    // (no call, and the decision not moved through `apply`'s `Result`).
+    let opened = run.write(token, key);
+    let decided =
+        apply_open::<Run<'_>, A>(run, opened, key, params, plain.cost, plain.penalty_ms, None);
+    run.propagate_check(args);
     match decided {
         Ok(decision) => answer_one(ctx, plain.counter, key, plain.shadow, &decision, reply),
         Err(error) => ctx.reply_error(&error),
