@@ -281,6 +281,21 @@ pub trait Algorithm: State {
                 }
             }
         }
+        self.check_copy(params, now_ms, cost, mode)
+    }
+
+    /// What [`Algorithm::check_stored`] does when the state cannot be
+    /// checked in place: [`Algorithm::check_with`] on a copy, kept when the
+    /// request changed it. An algorithm that overrides `check_stored` ends
+    /// with it too.
+    #[inline]
+    fn check_copy(
+        &mut self,
+        params: Self::Params,
+        now_ms: i64,
+        cost: u64,
+        mode: Mode,
+    ) -> (Decision, bool) {
         match Self::check_with(Some(self), params, now_ms, cost, mode) {
             (decision, Some(next)) => {
                 *self = next;

@@ -680,13 +680,7 @@ impl Algorithm for SlidingCounter {
                 return (self.decide_viewed(&view, now_ms, cost), false);
             }
         }
-        match Self::check_with(Some(self), params, now_ms, cost, mode) {
-            (decision, Some(next)) => {
-                *self = next;
-                (decision, true)
-            }
-            (decision, None) => (decision, false),
-        }
+        self.check_copy(params, now_ms, cost, mode)
     }
 
     /// A denial or a peek answered without a copy of the counts (see
