@@ -78,6 +78,7 @@ pub struct TokenBucket {
 /// count (noise adds up over many refills), but never more than a millionth
 /// of a token, so that a real fraction (a refill of 0.5 in a bucket of a
 /// billion) is never rounded away.
+#[inline(always)]
 fn snap(tokens: f64) -> f64 {
     let whole = super::round(tokens);
     if (tokens - whole).abs() <= (1e-9 * whole.abs().max(1.0)).min(1e-6) {
@@ -88,6 +89,7 @@ fn snap(tokens: f64) -> f64 {
 }
 
 impl TokenBucket {
+    #[inline(always)]
     fn refill(&mut self, now_ms: i64) {
         let elapsed_ms = now_ms.saturating_sub(self.updated_ms);
         if elapsed_ms > 0 {
@@ -355,6 +357,7 @@ impl State for TokenBucket {
     /// never before (an expiry then would hand out the tokens still
     /// missing), and at most a rounding after (see
     /// `TokenBucket::ms_until_full`).
+    #[inline(always)]
     fn fresh_at_ms(&self) -> i64 {
         let missing = self.params.capacity as f64 - self.tokens;
         let estimate = self.ms_to_gain(missing);
