@@ -36,6 +36,7 @@ impl Syntax for FixedWindowParams {
 
     const SUMMARY: &'static str = "Fixed window: at most limit requests per window, windows aligned to the Unix epoch. Replies [allowed, limit, remaining, retry_after_ms, reset_after_ms].";
 
+    #[inline]
     fn from_words(words: &[&[u8]]) -> Result<Self, CommandError> {
         let (limit, window_ms) = limit_and_window(words)?;
         Ok(Self { limit, window_ms })

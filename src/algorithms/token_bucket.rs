@@ -40,6 +40,7 @@ impl Syntax for TokenBucketParams {
 
     const SUMMARY: &'static str = "Token bucket: takes COST tokens from a bucket that starts with capacity tokens and refills rate tokens a second. Replies [allowed, limit, remaining, retry_after_ms, reset_after_ms].";
 
+    #[inline]
     fn from_words(words: &[&[u8]]) -> Result<Self, CommandError> {
         let (capacity, rate_per_s) = capacity_and_rate(words)?;
         Ok(Self {
