@@ -59,6 +59,20 @@ fn amount_in_any_form(arg: &[u8], name: &str) -> Result<u64, CommandError> {
 /// the first other byte.
 #[inline(always)]
 fn plain_digits(text: &[u8], max_len: usize) -> Option<u64> {
+    // The words of one to three digits (a limit of `100`, the `1` of
+    // `1h`), read without a loop: a digit each, the same value.
+    let digit = |byte: u8| {
+        let digit = byte.wrapping_sub(b'0');
+        (digit <= 9).then_some(u64::from(digit))
+    };
+    if max_len >= 3 {
+        match *text {
+            [a] => return digit(a),
+            [a, b] => return Some(digit(a)? * 10 + digit(b)?),
+            [a, b, c] => return Some(digit(a)? * 100 + digit(b)? * 10 + digit(c)?),
+            _ => {}
+        }
+    }
     if text.is_empty() || text.len() > max_len.min(19) {
         return None;
     }
