@@ -36,6 +36,7 @@ impl Syntax for FixedWindowParams {
 
     const SUMMARY: &'static str = "Fixed window: at most limit requests per window, windows aligned to the Unix epoch. Replies [allowed, limit, remaining, retry_after_ms, reset_after_ms].";
 
+    #[inline]
     fn from_words(words: &[&[u8]]) -> Result<Self, CommandError> {
         let (limit, window_ms) = limit_and_window(words)?;
         Ok(Self { limit, window_ms })
@@ -233,10 +234,60 @@ impl Algorithm for FixedWindow {
     /// In `i64` with one division when the window's end fits (see
     /// [`FixedWindow::check_narrow`]), else [`FixedWindow::check_wide`]:
     /// the same answers, bit for bit (a property test compares them).
+    #[inline(always)]
     fn check(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Decision {
         match self.check_narrow(now_ms, cost, mode) {
             Some(decision) => decision,
             None => self.check_wide(now_ms, cost, mode),
+        }
+    }
+
+    /// The default's decision (this algorithm decides nothing in place
+    /// before its check), made on the stored state itself, inlined into
+    /// the engine's take, instead of on a copy checked out of line and
+    /// copied back: a check changes only the count and the time, which a
+    /// request not taken puts back as they were. New parameters are
+    /// checked on a copy, out of line, as the default does.
+    #[inline(always)]
+    fn check_stored(
+        &mut self,
+        params: FixedWindowParams,
+        now_ms: i64,
+        cost: u64,
+        mode: Mode,
+    ) -> (Decision, bool) {
+        if self.params != params {
+            return self.check_stored_on_a_copy(params, now_ms, cost, mode);
+        }
+        let (count, updated_ms) = (self.count, self.updated_ms);
+        let now_ms = now_ms.max(updated_ms);
+        let decision = self.check(now_ms, cost, mode);
+        let taken = decision.allowed && mode == Mode::Take;
+        if !taken {
+            self.count = count;
+            self.updated_ms = updated_ms;
+        }
+        (decision, taken)
+    }
+}
+
+impl FixedWindow {
+    /// [`Algorithm::check_stored`] under new parameters: checked on a
+    /// copy, kept when taken.
+    #[inline(never)]
+    fn check_stored_on_a_copy(
+        &mut self,
+        params: FixedWindowParams,
+        now_ms: i64,
+        cost: u64,
+        mode: Mode,
+    ) -> (Decision, bool) {
+        match Self::check_with(Some(self), params, now_ms, cost, mode) {
+            (decision, Some(next)) => {
+                *self = next;
+                (decision, true)
+            }
+            (decision, None) => (decision, false),
         }
     }
 }
@@ -256,12 +307,22 @@ impl State for FixedWindow {
     }
 
     /// The end of the current window, when anything was counted in it.
+    #[inline(always)]
     fn fresh_at_ms(&self) -> i64 {
         if self.count == 0 {
-            self.updated_ms
-        } else {
-            self.window_end_ms(self.updated_ms)
+            return self.updated_ms;
         }
+        // In i64 with one division when the end fits, as the check finds
+        // it (the same value); else in i128, saturating.
+        if let Ok(window_ms) = i64::try_from(self.params.window_ms) {
+            if window_ms > 0 {
+                let next = self.updated_ms.div_euclid(window_ms).checked_add(1);
+                if let Some(end_ms) = next.and_then(|n| n.checked_mul(window_ms)) {
+                    return end_ms;
+                }
+            }
+        }
+        self.window_end_ms(self.updated_ms)
     }
 
     /// Layout after the tag: `limit` u64, `window_ms` u64, `count` u64,
@@ -358,6 +419,44 @@ mod tests {
             let mut both = before;
             prop_assert_eq!(both.check(now, cost, mode), expected);
             prop_assert_eq!(both, wide);
+        }
+
+        /// A stored state checked in place (`check_stored`) gives the
+        /// decision, and is left as, the copy the default `check_stored`
+        /// checked (kept when taken), for any state, time, cost, mode and
+        /// parameters (the same or others); and `fresh_at_ms`, in one
+        /// division where the end fits, is the general end, saturating.
+        #[test]
+        fn a_stored_state_is_checked_in_place_as_on_a_copy(
+            limit in edge_u64(),
+            window_ms in edge_u64().prop_map(|w| w.max(1)),
+            count in edge_u64(),
+            updated_ms in edge_i64(),
+            now in prop_oneof![edge_i64(), (-70_000i64..70_000).prop_map(|d| T0 + d)],
+            cost in edge_u64(),
+            take in any::<bool>(),
+            other in proptest::option::of((edge_u64(), edge_u64().prop_map(|w| w.max(1)))),
+        ) {
+            let stored = FixedWindow { params: params(limit, window_ms), count, updated_ms };
+            let asked = other.map_or(stored.params, |(l, w)| params(l, w));
+            let mode = if take { Mode::Take } else { Mode::Peek };
+            let (expected, kept) = match FixedWindow::check_with(Some(&stored), asked, now, cost, mode) {
+                (decision, Some(next)) => (decision, next),
+                (decision, None) => (decision, stored.clone()),
+            };
+            let mut in_place = stored.clone();
+            let (decision, changed) = in_place.check_stored(asked, now, cost, mode);
+            prop_assert_eq!(decision, expected);
+            prop_assert_eq!(changed, expected.allowed && take);
+            prop_assert_eq!(&in_place, &kept);
+            for state in [&stored, &kept] {
+                let general = if state.count == 0 {
+                    state.updated_ms
+                } else {
+                    state.window_end_ms(state.updated_ms)
+                };
+                prop_assert_eq!(state.fresh_at_ms(), general);
+            }
         }
 
         /// Today's keys take the one-division path (else the test above

@@ -40,6 +40,7 @@ impl Syntax for TokenBucketParams {
 
     const SUMMARY: &'static str = "Token bucket: takes COST tokens from a bucket that starts with capacity tokens and refills rate tokens a second. Replies [allowed, limit, remaining, retry_after_ms, reset_after_ms].";
 
+    #[inline]
     fn from_words(words: &[&[u8]]) -> Result<Self, CommandError> {
         let (capacity, rate_per_s) = capacity_and_rate(words)?;
         Ok(Self {
@@ -78,6 +79,7 @@ pub struct TokenBucket {
 /// count (noise adds up over many refills), but never more than a millionth
 /// of a token, so that a real fraction (a refill of 0.5 in a bucket of a
 /// billion) is never rounded away.
+#[inline(always)]
 fn snap(tokens: f64) -> f64 {
     let whole = super::round(tokens);
     if (tokens - whole).abs() <= (1e-9 * whole.abs().max(1.0)).min(1e-6) {
@@ -88,6 +90,7 @@ fn snap(tokens: f64) -> f64 {
 }
 
 impl TokenBucket {
+    #[inline(always)]
     fn refill(&mut self, now_ms: i64) {
         let elapsed_ms = now_ms.saturating_sub(self.updated_ms);
         if elapsed_ms > 0 {
@@ -231,8 +234,11 @@ impl Algorithm for TokenBucket {
         self.updated_ms
     }
 
+    #[inline(always)]
     fn check(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Decision {
-        let stored = self.clone();
+        // The state as stored, for a denial's wait: its two changing
+        // fields kept aside (not a copy of the whole state on every check).
+        let (stored_tokens, stored_ms) = (self.tokens, self.updated_ms);
         self.refill(now_ms);
         let capacity = self.params.capacity;
         let wanted = cost as f64;
@@ -243,6 +249,11 @@ impl Algorithm for TokenBucket {
             -1
         } else {
             let estimate = self.ms_to_gain(wanted - self.tokens).max(1);
+            let stored = Self {
+                params: self.params,
+                tokens: stored_tokens,
+                updated_ms: stored_ms,
+            };
             stored.ms_until_holds(now_ms, wanted, estimate)
         };
         if allowed && mode == Mode::Take {
@@ -260,9 +271,65 @@ impl Algorithm for TokenBucket {
             delay_ms: None,
         }
     }
+
+    /// `Some(true)` when the tokens as stored already cover `cost` (and it
+    /// is not above the capacity): a check at `now_ms` (not before
+    /// `updated_ms`, as the caller clamps it) then allows it, since the
+    /// refill never lowers the count below a whole number it had reached
+    /// (it adds a rate's worth, at least nothing, clamps to the capacity,
+    /// at least `cost`, and `snap` rounds to the nearest whole number,
+    /// which is at least `cost`, or keeps the count). So the check of
+    /// nearly every allowed request runs on the stored state itself,
+    /// without a copy. `None` otherwise: the refill may or may not bring
+    /// the tokens, and the caller checks on a copy, as before.
+    fn allows_in_place(&self, _now_ms: i64, cost: u64) -> Option<bool> {
+        (cost <= self.params.capacity && self.tokens >= cost as f64).then_some(true)
+    }
+
+    /// The default's decision (this algorithm decides nothing in place but
+    /// what [`Algorithm::allows_in_place`] allows), inlined into the
+    /// engine's take with the check itself: the decision of nearly every
+    /// request stays in registers, and the rest, a copy checked, is out of
+    /// line.
+    #[inline(always)]
+    fn check_stored(
+        &mut self,
+        params: TokenBucketParams,
+        now_ms: i64,
+        cost: u64,
+        mode: Mode,
+    ) -> (Decision, bool) {
+        if mode == Mode::Take
+            && self.params == params
+            && self.allows_in_place(now_ms, cost) == Some(true)
+        {
+            let now_ms = now_ms.max(self.updated_ms);
+            return (self.check(now_ms, cost, Mode::Take), true);
+        }
+        self.check_stored_on_a_copy(params, now_ms, cost, mode)
+    }
 }
 
 impl TokenBucket {
+    /// [`Algorithm::check_stored`] of a request that may not be allowed, or
+    /// under new parameters: checked on a copy, kept when taken.
+    #[inline(never)]
+    fn check_stored_on_a_copy(
+        &mut self,
+        params: TokenBucketParams,
+        now_ms: i64,
+        cost: u64,
+        mode: Mode,
+    ) -> (Decision, bool) {
+        match Self::check_with(Some(self), params, now_ms, cost, mode) {
+            (decision, Some(next)) => {
+                *self = next;
+                (decision, true)
+            }
+            (decision, None) => (decision, false),
+        }
+    }
+
     /// The tokens go back in, up to the capacity: a bucket has no windows,
     /// so returned tokens are as good as any. Returns the tokens given
     /// back, a last one counted when it went back in part (the bucket
@@ -291,6 +358,7 @@ impl State for TokenBucket {
     /// never before (an expiry then would hand out the tokens still
     /// missing), and at most a rounding after (see
     /// `TokenBucket::ms_until_full`).
+    #[inline(always)]
     fn fresh_at_ms(&self) -> i64 {
         let missing = self.params.capacity as f64 - self.tokens;
         let estimate = self.ms_to_gain(missing);
@@ -661,6 +729,88 @@ mod tests {
                 fresh_at_ms as f64 <= latest,
                 "fresh at {fresh_at_ms}, after {latest}: {state:?}"
             );
+        }
+    }
+
+    /// A stored state's check as the default `check_stored` made it, for
+    /// comparison: on a copy, kept when taken.
+    fn check_stored_on_a_copy_as_before(
+        state: &TokenBucket,
+        params: TokenBucketParams,
+        now_ms: i64,
+        cost: u64,
+        mode: Mode,
+    ) -> (Decision, TokenBucket) {
+        match TokenBucket::check_with(Some(state), params, now_ms, cost, mode) {
+            (decision, Some(next)) => (decision, next),
+            (decision, None) => (decision, state.clone()),
+        }
+    }
+
+    /// The state's fields, its floats by their bits.
+    fn bits(state: &TokenBucket) -> (u64, u64, u64, i64) {
+        (
+            state.params.capacity,
+            state.params.rate_per_s.to_bits(),
+            state.tokens.to_bits(),
+            state.updated_ms,
+        )
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(8192))]
+
+        /// Checked in place (`check_stored`, when `allows_in_place` says
+        /// the stored tokens cover the cost) or on a copy, a stored state
+        /// gives the same decision and is left the same, bit for bit, as
+        /// the copy the default `check_stored` checked; and whenever
+        /// `allows_in_place` answers, the check agrees. States hold any
+        /// count, whole numbers and counts a float step either side of one
+        /// included (where a refill's `snap` rounds), checked at any time,
+        /// under the same or other parameters, taking or peeking.
+        #[test]
+        fn a_stored_state_is_checked_in_place_as_on_a_copy(
+            capacity in any_capacity(),
+            rate_per_s in any_rate(),
+            tokens_part in 0.0f64..=1.0,
+            near in proptest::option::of((-3i32..=3, -2i64..=2)),
+            elapsed_ms in proptest::prop_oneof![0i64..=2, 0i64..=1_000_000, -1_000i64..=0],
+            cost_part in 0.0f64..=1.0,
+            over in proptest::bool::ANY,
+            other in proptest::option::of((any_capacity(), any_rate())),
+            peek in proptest::bool::ANY,
+        ) {
+            let p = params(capacity, rate_per_s);
+            let cost = ((capacity as f64 * cost_part) as u64).clamp(1, capacity) + u64::from(over);
+            // Any count from 0 to the capacity, or one near the cost: a
+            // whole number around it, or it nudged by a few float steps.
+            let tokens = match near {
+                None => capacity as f64 * tokens_part,
+                Some((steps, whole)) => {
+                    let base = (cost as i64 + whole).max(0) as f64;
+                    let mut t = base;
+                    for _ in 0..steps.abs() {
+                        t = if steps > 0 { t.next_up() } else { t.next_down() };
+                    }
+                    t
+                }
+            }
+            .clamp(0.0, capacity as f64);
+            let state = TokenBucket { params: p, tokens, updated_ms: T0 };
+            let asked = other.map_or(p, |(c, r)| params(c, r));
+            let mode = if peek { Mode::Peek } else { Mode::Take };
+            let now_ms = T0 + elapsed_ms;
+            let (before, kept) = check_stored_on_a_copy_as_before(&state, asked, now_ms, cost, mode);
+            let mut in_place = state.clone();
+            let (decision, changed) = in_place.check_stored(asked, now_ms, cost, mode);
+            proptest::prop_assert_eq!(decision, before);
+            proptest::prop_assert_eq!(changed, before.allowed && mode == Mode::Take);
+            proptest::prop_assert_eq!(bits(&in_place), bits(&kept));
+            if let Some(allows) = state.allows_in_place(now_ms.max(T0), cost) {
+                let at = now_ms.max(T0);
+                let (d, _) = TokenBucket::check_with(Some(&state), p, at, cost, Mode::Take);
+                proptest::prop_assert_eq!(allows, d.allowed);
+            }
         }
     }
 

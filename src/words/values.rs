@@ -59,6 +59,20 @@ fn amount_in_any_form(arg: &[u8], name: &str) -> Result<u64, CommandError> {
 /// the first other byte.
 #[inline(always)]
 fn plain_digits(text: &[u8], max_len: usize) -> Option<u64> {
+    // The words of one to three digits (a limit of `100`, the `1` of
+    // `1h`), read without a loop: a digit each, the same value.
+    let digit = |byte: u8| {
+        let digit = byte.wrapping_sub(b'0');
+        (digit <= 9).then_some(u64::from(digit))
+    };
+    if max_len >= 3 {
+        match *text {
+            [a] => return digit(a),
+            [a, b] => return Some(digit(a)? * 10 + digit(b)?),
+            [a, b, c] => return Some(digit(a)? * 100 + digit(b)? * 10 + digit(c)?),
+            _ => {}
+        }
+    }
     if text.is_empty() || text.len() > max_len.min(19) {
         return None;
     }
@@ -356,6 +370,15 @@ pub(crate) fn decimal(text: &[u8]) -> Option<f64> {
 /// The form of the rates a check parses on every call (`0.01`, `10`).
 #[inline(always)]
 fn short_decimal(text: &[u8]) -> Option<f64> {
+    short_decimal_parts(text).map(|(mantissa, power)| mantissa as i64 as f64 / power)
+}
+
+/// [`short_decimal`] before its one division: the digits, point removed,
+/// below 10^15 (so `as i64 as f64` is the exact `as f64`, in one
+/// instruction instead of an unsigned conversion's five), and the power of
+/// ten to divide them by (at most 10^14).
+#[inline(always)]
+fn short_decimal_parts(text: &[u8]) -> Option<(u64, f64)> {
     if text.len() > 15 {
         return None;
     }
@@ -394,7 +417,7 @@ fn short_decimal(text: &[u8]) -> Option<f64> {
     }
     EXACT_POWERS_OF_TEN
         .get(after_point)
-        .map(|power| mantissa as f64 / power)
+        .map(|&power| (mantissa, power))
 }
 
 /// Powers of ten that an `f64` holds exactly.
@@ -443,7 +466,13 @@ pub fn rate(arg: &[u8], name: &str) -> Result<f64, CommandError> {
 /// [`plain_amount`]).
 #[inline(always)]
 pub fn plain_rate(arg: &[u8]) -> Option<f64> {
-    short_decimal(arg).filter(|&value| is_rate(value))
+    // [`is_rate`] of the short decimal without asking it of the double:
+    // digits below 10^15 over at most 10^14 are 0 or from 1e-14 to below
+    // 1e15, normal and finite, so the value is a rate exactly when the
+    // digits are not all zeros.
+    short_decimal_parts(arg)
+        .filter(|&(mantissa, _)| mantissa != 0)
+        .map(|(mantissa, power)| mantissa as i64 as f64 / power)
 }
 
 /// [`rate`] in full: every form, and the refusals.
@@ -479,16 +508,21 @@ pub fn duration_ms(arg: &[u8], name: &str) -> Result<u64, CommandError> {
 /// number before it and the unit in ms; seconds when there is none.
 #[inline(always)]
 fn unit_of(arg: &[u8]) -> (&[u8], u64) {
-    match arg {
-        [n @ .., m, s] if m.eq_ignore_ascii_case(&b'm') && s.eq_ignore_ascii_case(&b's') => (n, 1),
-        [n @ .., unit] => match unit.to_ascii_lowercase() {
-            b's' => (n, 1000),
-            b'm' => (n, 60_000),
-            b'h' => (n, 3_600_000),
-            b'd' => (n, 86_400_000),
-            _ => (arg, 1000),
+    // The last byte read once; a letter's either case by setting its 0x20
+    // bit (of every byte, only `S` and `s` give `s`, and so on), which
+    // leaves digits, the common last byte, to the last arm.
+    let Some((&unit, n)) = arg.split_last() else {
+        return (arg, 1000);
+    };
+    match unit | 0x20 {
+        b's' => match n.split_last() {
+            Some((&m, number)) if m | 0x20 == b'm' => (number, 1),
+            _ => (n, 1000),
         },
-        [] => (arg, 1000),
+        b'm' => (n, 60_000),
+        b'h' => (n, 3_600_000),
+        b'd' => (n, 86_400_000),
+        _ => (arg, 1000),
     }
 }
 
