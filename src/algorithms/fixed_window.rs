@@ -257,7 +257,7 @@ impl Algorithm for FixedWindow {
         mode: Mode,
     ) -> (Decision, bool) {
         if self.params != params {
-            return self.check_stored_on_a_copy(params, now_ms, cost, mode);
+            return self.check_copy_out_of_line(params, now_ms, cost, mode);
         }
         let (count, updated_ms) = (self.count, self.updated_ms);
         let now_ms = now_ms.max(updated_ms);
@@ -268,27 +268,6 @@ impl Algorithm for FixedWindow {
             self.updated_ms = updated_ms;
         }
         (decision, taken)
-    }
-}
-
-impl FixedWindow {
-    /// [`Algorithm::check_stored`] under new parameters: checked on a
-    /// copy, kept when taken.
-    #[inline(never)]
-    fn check_stored_on_a_copy(
-        &mut self,
-        params: FixedWindowParams,
-        now_ms: i64,
-        cost: u64,
-        mode: Mode,
-    ) -> (Decision, bool) {
-        match Self::check_with(Some(self), params, now_ms, cost, mode) {
-            (decision, Some(next)) => {
-                *self = next;
-                (decision, true)
-            }
-            (decision, None) => (decision, false),
-        }
     }
 }
 

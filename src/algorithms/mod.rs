@@ -284,6 +284,21 @@ pub trait Algorithm: State {
         self.check_copy(params, now_ms, cost, mode)
     }
 
+    /// [`Algorithm::check_copy`] kept out of line: for an algorithm whose
+    /// own `check_stored` is inlined into the engine's take, so that the
+    /// rarer path (a request that may be denied, new parameters, a peek)
+    /// does not weigh on the path of a request taken in place.
+    #[inline(never)]
+    fn check_copy_out_of_line(
+        &mut self,
+        params: Self::Params,
+        now_ms: i64,
+        cost: u64,
+        mode: Mode,
+    ) -> (Decision, bool) {
+        self.check_copy(params, now_ms, cost, mode)
+    }
+
     /// What [`Algorithm::check_stored`] does when the state cannot be
     /// checked in place: [`Algorithm::check_with`] on a copy, kept when the
     /// request changed it. An algorithm that overrides `check_stored` ends

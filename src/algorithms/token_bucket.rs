@@ -306,30 +306,11 @@ impl Algorithm for TokenBucket {
             let now_ms = now_ms.max(self.updated_ms);
             return (self.check(now_ms, cost, Mode::Take), true);
         }
-        self.check_stored_on_a_copy(params, now_ms, cost, mode)
+        self.check_copy_out_of_line(params, now_ms, cost, mode)
     }
 }
 
 impl TokenBucket {
-    /// [`Algorithm::check_stored`] of a request that may not be allowed, or
-    /// under new parameters: checked on a copy, kept when taken.
-    #[inline(never)]
-    fn check_stored_on_a_copy(
-        &mut self,
-        params: TokenBucketParams,
-        now_ms: i64,
-        cost: u64,
-        mode: Mode,
-    ) -> (Decision, bool) {
-        match Self::check_with(Some(self), params, now_ms, cost, mode) {
-            (decision, Some(next)) => {
-                *self = next;
-                (decision, true)
-            }
-            (decision, None) => (decision, false),
-        }
-    }
-
     /// The tokens go back in, up to the capacity: a bucket has no windows,
     /// so returned tokens are as good as any. Returns the tokens given
     /// back, a last one counted when it went back in part (the bucket
