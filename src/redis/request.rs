@@ -202,7 +202,7 @@ fn acquire_request(words: &[&[u8]], drawn: Option<Vec<u8>>) -> Result<Request, C
 const DRAWN_ID_LEN: usize = 32;
 
 /// The counter of the algorithm of `tier`.
-fn counter_of(tier: &Tier) -> &'static Counter {
+pub fn counter_of(tier: &Tier) -> &'static Counter {
     tier.visit(CounterOf)
 }
 
