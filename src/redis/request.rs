@@ -80,6 +80,15 @@ impl Request {
         definition: &Definition,
         words: &[&[u8]],
     ) -> Result<CheckOptions, CommandError> {
+        if words.is_empty() {
+            // The usual check: the policy's own options, nothing to parse
+            // and nothing that clashes (neither PEEK, BLOCK nor UPTO).
+            return Ok(CheckOptions {
+                penalty_ms: definition.penalty_ms,
+                shadow: definition.shadow,
+                ..CheckOptions::default()
+            });
+        }
         let mut options = check_request_options(words)?;
         // The policy's PENALTY and SHADOW, except on a peek (which changes
         // nothing, so neither applies: the inline command refuses them there).

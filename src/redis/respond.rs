@@ -130,7 +130,7 @@ pub fn respond_by_name(
         Ok(Some(decision)) => Ok(decision),
         Err(error) => Err(error),
     };
-    run.propagate(Some(args), None);
+    run.propagate_by_name(args);
     Some(match decided {
         Ok(decision) => answer_one(
             ctx,
