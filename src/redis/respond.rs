@@ -104,6 +104,7 @@ pub fn respond_plain<A: Checked>(
 /// then propagated, counted on the command's and the policy's counters,
 /// announced and answered. `None`, having changed nothing, when the key
 /// needs the migration step first: the caller then takes the general path.
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn respond_by_name(
     run: &Run<'_>,
