@@ -785,6 +785,29 @@ fn info_shows_the_policies_their_digest_and_each_one_counts() {
     );
 }
 
+/// A check by name is counted as its inline command is, beside its
+/// policy's line: on the algorithm's line of `INFO ratelimit`, and its
+/// denials (not its shadowed ones) in `RL.TOP`.
+#[test]
+fn a_check_by_name_counts_on_its_inline_commands_line_and_in_rl_top() {
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    set(&mut con, "plan:free", &["TOKENBUCKET", "1", "0.001"]);
+    set(&mut con, "quiet", &["TOKENBUCKET", "1", "0.001", "SHADOW"]);
+    for _ in 0..3 {
+        check(&mut con, &["RL.CHECK", "plan:free", "a"]);
+        check(&mut con, &["RL.CHECK", "quiet", "b"]);
+    }
+    let field = |con: &mut redis::Connection, name: &str| {
+        info_field(con, "ratelimit", &format!("ratelimit_tokenbucket_{name}"))
+    };
+    assert_eq!(field(&mut con, "allowed"), "2");
+    assert_eq!(field(&mut con, "denied"), "2");
+    assert_eq!(field(&mut con, "shadow_denied"), "2");
+    let top = run(&mut con, &["RL.TOP", "10"]).unwrap();
+    assert_eq!(words_of(&top), ["a", "2"]);
+}
+
 #[test]
 fn a_check_by_name_waits_with_block_and_its_replay_reaches_the_replica() {
     let (_primary, _replica, mut con, mut rcon) = primary_and_replica();

@@ -12,6 +12,7 @@ use super::stats::Counter;
 use crate::algorithms::partial::Grant;
 use crate::algorithms::Decision;
 use crate::algorithms::Mode;
+use crate::policies::Counters;
 use crate::redis_cell::cl_throttle_reply;
 
 /// What a request is answered.
@@ -150,18 +151,24 @@ pub fn answer(run: &Run<'_>, request: &Request, keys: &[KeyName<'_>], outcome: &
 }
 
 /// [`answer`] of one key's decision (a plain check's: see
-/// `super::respond::respond_plain`): counted on `counter`, its denial
-/// announced on `key`, replied by `reply` (allowed when `shadow`).
+/// `super::respond::respond_plain`): counted on `counter` (and on a check
+/// by name's `policy` counters), its denial announced on `key`, replied by
+/// `reply` (allowed when `shadow`).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub fn answer_one(
     ctx: Ctx<'_>,
     counter: &Counter,
+    policy: Option<&Counters>,
     key: KeyName<'_>,
     shadow: bool,
     decision: &Decision,
     reply: fn(Ctx<'_>, &Decision) -> Status,
 ) -> Status {
     counter.count(decision.allowed, shadow);
+    if let Some(counters) = policy {
+        counters.count(decision.allowed, shadow);
+    }
     if !decision.allowed {
         announce_denied(ctx, key, shadow);
         if shadow {

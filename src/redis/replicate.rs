@@ -157,6 +157,28 @@ impl<'a> Run<'a> {
         self.propagate(Some(args), None);
     }
 
+    /// [`Run::propagate`] of a check by a policy's name (`RL.CHECK`'s plain
+    /// request: `super::respond::respond_by_name`), inlined into it: a
+    /// client's command, its header glued to the policy's definition in
+    /// place of its name, no drawn id. Any other run goes the general way.
+    #[inline(always)]
+    pub fn propagate_by_name(&self, args: &Args<'_>) {
+        if !self.changed.get() {
+            return;
+        }
+        if let Origin::Client {
+            command: Command::Policy,
+            glue_at,
+            glue_word: Some(word),
+        } = self.origin
+        {
+            let head = fixed_header(Command::Policy, self.now_ms, self.expiry_slack_ms);
+            replicate_swapped(self.ctx, args, &APPLY_CHECK, glue_at, &head, word);
+            return;
+        }
+        self.propagate(Some(args), None);
+    }
+
     /// Propagates the command, when it changed anything: a client's as its
     /// replay (with `drawn_id`, the lease id the server drew, if any), a
     /// replay as it is. Call once, after the command's last write.

@@ -80,6 +80,15 @@ impl Request {
         definition: &Definition,
         words: &[&[u8]],
     ) -> Result<CheckOptions, CommandError> {
+        if words.is_empty() {
+            // The usual check: the policy's own options, nothing to parse
+            // and nothing that clashes (neither PEEK, BLOCK nor UPTO).
+            return Ok(CheckOptions {
+                penalty_ms: definition.penalty_ms,
+                shadow: definition.shadow,
+                ..CheckOptions::default()
+            });
+        }
         let mut options = check_request_options(words)?;
         // The policy's PENALTY and SHADOW, except on a peek (which changes
         // nothing, so neither applies: the inline command refuses them there).
@@ -202,7 +211,7 @@ fn acquire_request(words: &[&[u8]], drawn: Option<Vec<u8>>) -> Result<Request, C
 const DRAWN_ID_LEN: usize = 32;
 
 /// The counter of the algorithm of `tier`.
-fn counter_of(tier: &Tier) -> &'static Counter {
+pub fn counter_of(tier: &Tier) -> &'static Counter {
     tier.visit(CounterOf)
 }
 

@@ -5,16 +5,20 @@
 
 use super::engine::check::apply_open;
 use super::engine::decide::decide;
+use super::engine::migrate::decided_if_current;
 use super::engine::store::Store;
 use super::engine::Checked;
 use super::ffi::{Args, Ctx, KeyName, Status};
 use super::key::KeyToken;
-use super::outcome::{answer, answer_one};
+use super::outcome::{answer, answer_one, reply_decision};
 use super::replicate::Run;
 use super::request::Request;
 use super::stats::Counter;
 use super::waiters;
+use crate::algorithms::penalty::Stamp;
 use crate::algorithms::{Decision, Mode};
+use crate::parse::Tier;
+use crate::policies::Counters;
 
 /// From a client's command to its reply: a request that takes is queued
 /// behind the clients already waiting on its keys (`BLOCK`): with `BLOCK` it
@@ -80,9 +84,66 @@ pub fn respond_plain<A: Checked>(
         apply_open::<Run<'_>, A>(run, opened, key, params, plain.cost, plain.penalty_ms, None);
     run.propagate_check(args);
     match decided {
-        Ok(decision) => answer_one(ctx, plain.counter, key, plain.shadow, &decision, reply),
+        Ok(decision) => answer_one(
+            ctx,
+            plain.counter,
+            None,
+            key,
+            plain.shadow,
+            &decision,
+            reply,
+        ),
         Err(error) => ctx.reply_error(&error),
     }
+}
+
+/// A plain check by a policy's name (`RL.CHECK` of one tier, `Plain::of`
+/// said it is plain, its policy `stamp`ed): what [`respond`] does with its
+/// `Request::Policy`, on a straight path. Decided on its key when the key
+/// is current (`decided_if_current`, as `decide`'s `by_name` does first),
+/// then propagated, counted on the command's and the policy's counters,
+/// announced and answered. `None`, having changed nothing, when the key
+/// needs the migration step first: the caller then takes the general path.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn respond_by_name(
+    run: &Run<'_>,
+    args: &Args<'_>,
+    key: KeyName<'_>,
+    tier: &Tier,
+    stamp: Stamp,
+    plain: Plain,
+    counters: &Counters,
+) -> Option<Status> {
+    let ctx = run.ctx;
+    let token = &mut KeyToken::of(ctx);
+    let decided = match decided_if_current(
+        run,
+        token,
+        key,
+        tier,
+        stamp,
+        plain.cost,
+        plain.penalty_ms,
+        None,
+    ) {
+        Ok(None) => return None,
+        Ok(Some(decision)) => Ok(decision),
+        Err(error) => Err(error),
+    };
+    run.propagate_by_name(args);
+    Some(match decided {
+        Ok(decision) => answer_one(
+            ctx,
+            plain.counter,
+            Some(counters),
+            key,
+            plain.shadow,
+            &decision,
+            reply_decision,
+        ),
+        Err(error) => ctx.reply_error(&error),
+    })
 }
 
 /// What [`respond_plain`] needs of a plain request's options.

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use super::super::ffi::args::OwnedArgs;
 use super::super::ffi::{command, writes_paused, Args, Ctx, KeyName, Status};
 use super::super::replicate::Run;
-use super::super::request::Request;
-use super::super::respond::respond;
+use super::super::request::{counter_of, Request};
+use super::super::respond::{respond, respond_by_name, Plain};
 use super::super::waiters;
 use crate::algorithms::penalty::Stamp;
 use crate::error::{shown, CommandError};
@@ -311,6 +311,17 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
             "READONLY You can't write against a read only replica.".into(),
         ));
     }
+    let run = Run::live_glued(ctx, Command::Policy, 1, &replayed);
+    // The usual check, plain (no PEEK, BLOCK or UPTO, no waiter before it)
+    // of one tier under a stamped policy: its straight path, unless its key
+    // needs the migration step first.
+    if let ([tier], &[key], false) = (definition.tiers.as_slice(), keys, stamp.is_none()) {
+        if let Some(plain) = Plain::of(ctx, key, &options, counter_of(tier)) {
+            if let Some(status) = respond_by_name(&run, args, key, tier, stamp, plain, &counters) {
+                return Ok(status);
+            }
+        }
+    }
     // A check that waits keeps its command as words, for its replay when
     // it is served: RL.CHECK's, the definition in place of the name.
     let mut waiting = options.block_ms.is_some().then(|| {
@@ -321,7 +332,6 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
         )
     });
     let waiting_args = waiting.as_mut().map(OwnedArgs::args);
-    let run = Run::live_glued(ctx, Command::Policy, 1, &replayed);
     let request = Request::Policy {
         definition,
         options,
