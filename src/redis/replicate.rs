@@ -11,6 +11,7 @@
 //! instructions, more than the check itself).
 
 use std::cell::Cell;
+use std::ffi::CStr;
 
 use super::config::expiry_slack_ms;
 use super::ffi::replicate::{replicate_swapped, replicate_words, KeptString};
@@ -18,16 +19,34 @@ use super::ffi::{now_ms, Args, Ctx};
 use crate::replay::{fixed_header, Command, Header, FIXED_LEN};
 
 /// The names replays are propagated under, made once at load time and never
-/// freed (Redis's propagation takes and drops references of its own).
+/// freed (Redis's propagation takes and drops references of its own), with
+/// the words they are made of.
 static APPLY: KeptString = KeptString::new();
 static APPLY_ALL: KeptString = KeptString::new();
 static APPLY_CHECK: KeptString = KeptString::new();
+const NAMES: [(&KeptString, &CStr); 3] = [
+    (&APPLY, c"RL.APPLY"),
+    (&APPLY_ALL, c"RL.APPLYALL"),
+    (&APPLY_CHECK, c"RL.APPLYCHECK"),
+];
 
 /// Makes the command names replays are propagated under.
 pub fn init() {
-    APPLY.make(b"RL.APPLY");
-    APPLY_ALL.make(b"RL.APPLYALL");
-    APPLY_CHECK.make(b"RL.APPLYCHECK");
+    for (string, name) in NAMES {
+        string.make(name.to_bytes());
+    }
+}
+
+/// The command a replay of `command` is propagated under: `RL.APPLYALL`
+/// for `RL.ALL`, `RL.APPLYCHECK` for a check by a policy's name,
+/// `RL.APPLY` for the rest (its string, and its name).
+#[inline(always)]
+fn replay_name(command: Command) -> (&'static KeptString, &'static CStr) {
+    match command {
+        Command::All => NAMES[1],
+        Command::Policy => NAMES[2],
+        _ => NAMES[0],
+    }
 }
 
 /// Where the running command comes from.
@@ -149,8 +168,7 @@ impl<'a> Run<'a> {
         } = self.origin
         {
             if let Some(word) = args.bytes_read(glue_at) {
-                let head = fixed_header(command, self.now_ms, self.expiry_slack_ms);
-                replicate_swapped(self.ctx, args, &APPLY, glue_at, &head, word);
+                self.propagate_fixed(args, command, glue_at, word);
             }
             return;
         }
@@ -172,11 +190,19 @@ impl<'a> Run<'a> {
             glue_word: Some(word),
         } = self.origin
         {
-            let head = fixed_header(Command::Policy, self.now_ms, self.expiry_slack_ms);
-            replicate_swapped(self.ctx, args, &APPLY_CHECK, glue_at, &head, word);
+            self.propagate_fixed(args, Command::Policy, glue_at, word);
             return;
         }
         self.propagate(Some(args), None);
+    }
+
+    /// Propagates a client's `command`, whose replay header is its fixed
+    /// fields, glued to `word` at `glue_at`: what every path of a command
+    /// without a drawn id does (inlined: `command` is known to its caller).
+    #[inline(always)]
+    fn propagate_fixed(&self, args: &Args<'_>, command: Command, glue_at: usize, word: &[u8]) {
+        let head = fixed_header(command, self.now_ms, self.expiry_slack_ms);
+        replicate_swapped(self.ctx, args, replay_name(command).0, glue_at, &head, word);
     }
 
     /// Propagates the command, when it changed anything: a client's as its
@@ -210,11 +236,6 @@ impl<'a> Run<'a> {
         else {
             return;
         };
-        let name = match command {
-            Command::All => &APPLY_ALL,
-            Command::Policy => &APPLY_CHECK,
-            _ => &APPLY,
-        };
         // The glued word is the header's bytes, then the word: handed over
         // as those two parts, so that a replay gluing the same bytes as the
         // last one is recognised without writing them out (see
@@ -223,8 +244,7 @@ impl<'a> Run<'a> {
         // written with the word on the stack when they fit, then handed
         // over as the fixed fields and the rest.
         if !command.has_optional_fields() {
-            let head = fixed_header(command, self.now_ms, self.expiry_slack_ms);
-            replicate_swapped(self.ctx, args, name, glue_at, &head, word);
+            self.propagate_fixed(args, command, glue_at, word);
             return;
         }
         let header = Header {
@@ -246,7 +266,7 @@ impl<'a> Run<'a> {
         header.glue_into(word, buf);
         // The fixed fields as the head; the others and the word after them.
         if let Some((head, rest)) = buf.split_first_chunk::<FIXED_LEN>() {
-            replicate_swapped(self.ctx, args, name, glue_at, head, rest);
+            replicate_swapped(self.ctx, args, replay_name(command).0, glue_at, head, rest);
         }
     }
 
@@ -265,11 +285,7 @@ impl<'a> Run<'a> {
             expiry_slack_ms: self.expiry_slack_ms,
             drawn_id: drawn_id.map(<[u8]>::to_vec),
         };
-        let name = match command {
-            Command::All => c"RL.APPLYALL",
-            Command::Policy => c"RL.APPLYCHECK",
-            _ => c"RL.APPLY",
-        };
+        let (_, name) = replay_name(command);
         let glued = header.glued_to(words.get(glue_at).map_or(&[][..], |w| &w[..]));
         let words =
             words.iter().enumerate().skip(1).map(
