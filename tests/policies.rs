@@ -1308,7 +1308,7 @@ fn each_policy_counts_its_keys_without_scan() {
         check(&mut con, &["RL.CHECK", "p", &format!("k{i}")]);
     }
     assert_eq!(policy_keys(&mut con, "p"), 3);
-    run(&mut con, &["FLUSHALL"]).unwrap();
+    run(&mut con, &["FLUSHALL", "SYNC"]).unwrap();
     assert_eq!(policy_keys(&mut con, "p"), 0);
 }
 
