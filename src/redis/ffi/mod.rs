@@ -12,6 +12,7 @@
 //! - [`commands`]: registering and documenting a command;
 //! - [`config`]: the module's settings;
 //! - [`key`]: a key opened for a command, its value and expiry;
+//! - [`main_thread`]: a value only Redis's main thread touches;
 //! - [`info`]: the module's section of `INFO`;
 //! - [`replicate`]: propagating to replicas and the AOF;
 //! - [`server`]: the clock, pauses, events, and Redis's own commands;
@@ -27,6 +28,7 @@ pub mod config;
 pub mod ctx;
 pub mod info;
 pub mod key;
+pub mod main_thread;
 pub mod replicate;
 pub mod server;
 pub mod types;

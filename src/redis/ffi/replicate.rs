@@ -4,7 +4,6 @@
 //! (`Ctx::replicate_verbatim`), or a command built from words
 //! ([`replicate_words`]).
 
-use std::cell::UnsafeCell;
 use std::ffi::{c_char, CStr};
 use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
@@ -13,6 +12,8 @@ use redis_module::raw;
 use super::api::rm;
 use super::args::Args;
 use super::ctx::Ctx;
+use super::main_thread::MainThreadCell;
+use crate::words::same_bytes;
 
 /// A Redis string made once, at load time, and kept for the module's life
 /// (Redis's propagation takes and drops references of its own): a command
@@ -67,14 +68,50 @@ pub fn replicate_swapped<const N: usize>(
     if name.is_null() || glue_at == 0 || glue_at >= args.len() {
         return;
     }
-    let glued = glued_string(head, word);
+    // The last glued word's string, lent by the cell; were the cell lent
+    // already (nothing this calls uses it), a string of its own.
+    match LAST_GLUED.with(ctx, |last| glued_string(last, head, word)) {
+        Some(glued) => replicate_glued(ctx, args, name, glue_at, glued),
+        None => replicate_spare(ctx, args, name, glue_at, head, word),
+    }
+}
+
+/// [`replicate_swapped`] with a glued word made for this replay alone,
+/// dropped after it.
+#[cold]
+#[inline(never)]
+fn replicate_spare(
+    ctx: Ctx<'_>,
+    args: &Args<'_>,
+    name: *mut raw::RedisModuleString,
+    glue_at: usize,
+    head: &[u8],
+    word: &[u8],
+) {
+    let mut spare = LastGlued::NONE;
+    let glued = glue_anew(&mut spare, head, word);
+    replicate_glued(ctx, args, name, glue_at, glued);
+    spare.release();
+}
+
+/// [`replicate_swapped`]'s propagation, of the string `glued` (which the
+/// module keeps a reference to) at `glue_at` and the name `name`.
+#[inline(always)]
+fn replicate_glued(
+    ctx: Ctx<'_>,
+    args: &Args<'_>,
+    name: *mut raw::RedisModuleString,
+    glue_at: usize,
+    glued: *mut raw::RedisModuleString,
+) {
     // SAFETY: `args` is this command's argument vector, which Redis also
     // hands `RedisModule_ReplicateVerbatim` (it reads the running client's
     // vector, and a module command is given that very vector); `glue_at`
-    // and 0 are within it (checked above). Both entries are put back before
-    // anything else runs. The propagation call takes its own reference to
-    // every argument; the glued string and the name each keep the module's
-    // reference too (see `glued_string`), so neither count reaches zero.
+    // and 0 are within it (checked by `replicate_swapped`). Both entries
+    // are put back before anything else runs. The propagation call takes
+    // its own reference to every argument; the glued string and the name
+    // each keep the module's reference too (see `glued_string`), so
+    // neither count reaches zero.
     unsafe {
         let command_name = args.replace(0, name);
         let original = args.replace(glue_at, glued);
@@ -99,51 +136,25 @@ struct LastGlued {
     bytes: Vec<u8>,
 }
 
-/// What only Redis's main thread touches, without a thread-local's lookup
-/// or a borrow flag (see [`LAST_GLUED`]).
-struct MainThreadOnly<T>(UnsafeCell<T>);
+/// The last glued word, kept from one replay to the next (see
+/// [`LastGlued`]).
+static LAST_GLUED: MainThreadCell<LastGlued> = MainThreadCell::new(LastGlued::NONE);
 
-// SAFETY: the one value of this type, `LAST_GLUED`, is reached only from
-// `glued_string`, which runs only inside `replicate_swapped`, which runs
-// only inside a client's command on Redis's main thread (it lends the
-// running command's argument vector): never on two threads, and never
-// re-entered (nothing it calls runs module code).
-unsafe impl<T> Sync for MainThreadOnly<T> {}
-
-static LAST_GLUED: MainThreadOnly<LastGlued> = MainThreadOnly(UnsafeCell::new(LastGlued {
-    string: std::ptr::null_mut(),
-    bytes: Vec::new(),
-}));
-
-/// Whether `a` and `b` hold the same bytes, for the short words of a glued
-/// word (a 13-byte header, a parameter of a few digits): a few loads, not a
-/// call of `memcmp` (about 40 instructions a check).
-#[inline(always)]
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len();
-    if n != b.len() {
-        return false;
-    }
-    let u64_at = |s: &[u8], at: usize| {
-        s.get(at..at + 8)
-            .and_then(|w| w.first_chunk::<8>())
-            .map(|w| u64::from_le_bytes(*w))
+impl LastGlued {
+    const NONE: Self = Self {
+        string: std::ptr::null_mut(),
+        bytes: Vec::new(),
     };
-    let u32_at = |s: &[u8], at: usize| {
-        s.get(at..at + 4)
-            .and_then(|w| w.first_chunk::<4>())
-            .map(|w| u32::from_le_bytes(*w))
-    };
-    match n {
-        0 => true,
-        // The first, middle and last bytes cover every byte of 1 to 3.
-        1..=3 => {
-            a.first() == b.first() && a.get(n / 2) == b.get(n / 2) && a.get(n - 1) == b.get(n - 1)
+
+    /// Drops the module's reference to its string (a spare's: see
+    /// `replicate_swapped`), if it made one.
+    #[inline(always)]
+    fn release(self) {
+        if !self.string.is_null() {
+            // SAFETY: the module's own reference to a string it made,
+            // dropped once; references Redis took keep it alive.
+            unsafe { rm!(RedisModule_FreeString)(std::ptr::null_mut(), self.string) };
         }
-        // Two overlapping words cover them all.
-        4..=7 => u32_at(a, 0) == u32_at(b, 0) && u32_at(a, n - 4) == u32_at(b, n - 4),
-        8..=16 => u64_at(a, 0) == u64_at(b, 0) && u64_at(a, n - 8) == u64_at(b, n - 8),
-        _ => a == b,
     }
 }
 
@@ -152,10 +163,11 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
 /// part by part, so a hit writes nothing out), otherwise a new one kept in
 /// its place (the old one's reference dropped).
 #[inline(always)]
-fn glued_string<const N: usize>(head: &[u8; N], word: &[u8]) -> *mut raw::RedisModuleString {
-    // SAFETY: see `MainThreadOnly`'s `Sync`: no other reference to the
-    // value exists while this one lives (it ends with this function).
-    let last = unsafe { &mut *LAST_GLUED.0.get() };
+fn glued_string<const N: usize>(
+    last: &mut LastGlued,
+    head: &[u8; N],
+    word: &[u8],
+) -> *mut raw::RedisModuleString {
     if !last.string.is_null()
         && last.bytes.len() == N + word.len()
         && same_bytes(last.bytes.get(..N).unwrap_or_default(), head)
@@ -201,37 +213,6 @@ pub fn replicate_words<'w>(ctx: Ctx<'_>, name: &CStr, words: impl Iterator<Item 
         );
         for string in strings {
             rm!(RedisModule_FreeString)(std::ptr::null_mut(), string);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::same_bytes;
-    use proptest::prelude::*;
-
-    proptest! {
-        /// The compare by loads answers as `==` does, for every length it
-        /// reads by loads (and beyond): on equal words, and on words that
-        /// differ in one byte anywhere or in their length.
-        #[test]
-        fn same_bytes_answers_as_equality_does(
-            a in proptest::collection::vec(any::<u8>(), 0..24),
-            at in any::<proptest::sample::Index>(),
-            flip in 1u8..=255,
-            cut in any::<bool>(),
-        ) {
-            prop_assert!(same_bytes(&a, &a.clone()));
-            let mut b = a.clone();
-            if !b.is_empty() {
-                let i = at.index(b.len());
-                b[i] ^= flip;
-                prop_assert_eq!(same_bytes(&a, &b), a == b);
-                prop_assert!(!same_bytes(&a, &b));
-            }
-            if cut && !a.is_empty() {
-                prop_assert!(!same_bytes(&a, &a[..a.len() - 1]));
-            }
         }
     }
 }
