@@ -198,6 +198,20 @@ pub static STORE: Mutex<Store> = Mutex::new(Store {
     policies: BTreeMap::new(),
 });
 
+/// How many times any store of policies has changed (a policy loaded,
+/// deleted, every one cleared or replaced): a memo of a lookup holds while
+/// this has not moved (the Redis layer's check by name keeps one).
+static CHANGES: AtomicU64 = AtomicU64::new(0);
+
+/// See [`CHANGES`].
+pub fn changes() -> u64 {
+    CHANGES.load(Relaxed)
+}
+
+fn changed() {
+    CHANGES.fetch_add(1, Relaxed);
+}
+
 /// The store, locked (only Redis's main thread and a fork's copy of it use
 /// it; a panic elsewhere cannot leave it half changed, as each change is
 /// one insert).
@@ -254,6 +268,7 @@ impl Store {
                 counters: Arc::default(),
             });
         policy.push(Version::new(name, version, definition));
+        changed();
     }
 
     /// The definition of a kept `version` of `name`, to make current again.
@@ -276,12 +291,20 @@ impl Store {
 
     /// Forgets `name` and its versions; whether it was there.
     pub fn delete(&mut self, name: &[u8]) -> bool {
+        changed();
         self.policies.remove(name).is_some()
     }
 
     /// Forgets every policy (before a full load replaces them).
     pub fn clear(&mut self) {
+        changed();
         self.policies.clear();
+    }
+
+    /// Holds `other`'s policies in place of its own (an RDB file's).
+    pub fn replace(&mut self, other: Store) {
+        changed();
+        *self = other;
     }
 
     /// A digest over every policy's name, version and definition: equal on
@@ -433,6 +456,33 @@ mod tests {
         assert_eq!(kept, vec![10, 9, 8, 7, 6]);
         assert!(store.kept(b"p", 5).is_none());
         assert!(store.kept(b"p", 6).is_some());
+    }
+
+    /// Every kind of change of a store moves `changes()` (a memo of a
+    /// lookup holds only while it does not). Other tests' stores may move
+    /// it too (tests run in parallel), so each step asks only that it
+    /// moved.
+    #[test]
+    fn every_change_of_a_store_moves_its_change_count() {
+        let mut store = Store::default();
+        let moved = |store: &mut Store, change: &dyn Fn(&mut Store)| {
+            let before = changes();
+            change(store);
+            changes() != before
+        };
+        assert!(moved(&mut store, &|s| {
+            s.set(b"p", def(&["TOKENBUCKET", "10", "1"]));
+        }));
+        assert!(moved(&mut store, &|s| s.load(
+            b"p",
+            7,
+            def(&["GCRA", "1", "1", "1s"])
+        )));
+        assert!(moved(&mut store, &|s| {
+            s.delete(b"p");
+        }));
+        assert!(moved(&mut store, &|s| s.clear()));
+        assert!(moved(&mut store, &|s| s.replace(Store::default())));
     }
 
     #[test]

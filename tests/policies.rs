@@ -345,6 +345,55 @@ fn a_check_by_a_missing_or_deleted_policy_is_an_error_naming_it() {
     );
 }
 
+/// A check by name takes its policy from a memo of the last one it used
+/// (no lock, no search by name, while no policy changes): every way a
+/// policy changes is seen by the very next check, and checks alternating
+/// between policies each get their own.
+#[test]
+fn a_check_by_name_follows_every_change_of_its_policy_at_once() {
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    // An RDB file holding no policy, loaded again below.
+    run(&mut con, &["SAVE"]).unwrap();
+    let limit =
+        |con: &mut Connection, policy: &str, key: &str| check(con, &["RL.CHECK", policy, key])[1];
+    set(&mut con, "p", &["TOKENBUCKET", "2", "0.001"]);
+    assert_eq!(limit(&mut con, "p", "k1"), 2);
+    assert_eq!(limit(&mut con, "p", "k2"), 2);
+    set(&mut con, "p", &["TOKENBUCKET", "5", "0.001"]);
+    assert_eq!(limit(&mut con, "p", "k3"), 5, "a new version");
+    run(&mut con, &["RL.POLICY", "ROLLBACK", "p", "1"]).unwrap();
+    assert_eq!(limit(&mut con, "p", "k4"), 2, "a rollback");
+    set(&mut con, "q", &["TOKENBUCKET", "7", "0.001"]);
+    for _ in 0..2 {
+        assert_eq!(limit(&mut con, "q", "k5"), 7);
+        assert_eq!(limit(&mut con, "p", "k6"), 2);
+    }
+    // A name that only begins like another is another policy.
+    set(&mut con, "pp", &["TOKENBUCKET", "9", "0.001"]);
+    assert_eq!(limit(&mut con, "p", "k7"), 2);
+    assert_eq!(limit(&mut con, "pp", "k7b"), 9);
+    assert_eq!(limit(&mut con, "p", "k7c"), 2);
+    run(&mut con, &["RL.POLICY", "DEL", "p"]).unwrap();
+    assert_eq!(
+        error_of(&mut con, &["RL.CHECK", "p", "k8"]),
+        "ERR no policy 'p'"
+    );
+    set(&mut con, "p", &["TOKENBUCKET", "3", "0.001"]);
+    assert_eq!(limit(&mut con, "p", "k9"), 3, "defined again");
+    // The policies replaced by an RDB file's (which holds none): the
+    // memo's policy is gone with them.
+    run(&mut con, &["DEBUG", "RELOAD", "NOSAVE"]).unwrap();
+    assert_eq!(
+        error_of(&mut con, &["RL.CHECK", "p", "k10"]),
+        "ERR no policy 'p'"
+    );
+    assert_eq!(
+        error_of(&mut con, &["RL.CHECK", "q", "k10"]),
+        "ERR no policy 'q'"
+    );
+}
+
 #[test]
 fn every_bad_definition_is_refused_with_its_reason_and_changes_nothing() {
     let server = Server::start(&[]);

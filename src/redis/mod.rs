@@ -89,7 +89,7 @@ fn save_policies() -> Vec<u8> {
 fn load_policies(bytes: &[u8]) -> bool {
     match crate::policies::Store::decode(bytes) {
         Ok(loaded) => {
-            *crate::policies::store() = loaded;
+            crate::policies::store().replace(loaded);
             true
         }
         Err(_) => false,

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use super::super::ffi::args::OwnedArgs;
+use super::super::ffi::main_thread::MainThreadCell;
 use super::super::ffi::{command, writes_paused, Args, Ctx, KeyName, Status};
 use super::super::replicate::Run;
 use super::super::request::{counter_of, Request};
@@ -17,8 +18,9 @@ use super::super::waiters;
 use crate::algorithms::penalty::Stamp;
 use crate::error::{shown, CommandError};
 use crate::parse::policy::{definition, name, version, Definition};
-use crate::policies::{no_policy, split_replayed, store, wrong_keys, Changed};
+use crate::policies::{self, no_policy, split_replayed, store, wrong_keys, Changed, Counters};
 use crate::replay::Command;
+use crate::words::same_bytes;
 
 command! {
     /// `RL.POLICY <subcommand> ...`.
@@ -261,25 +263,97 @@ fn check_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     }
 }
 
+/// What a check by name takes of its policy: the current version's
+/// definition, its replayed words and stamp, and the policy's counters,
+/// taken together, so a change made after this is not half seen.
+#[derive(Clone)]
+struct Current {
+    definition: Arc<Definition>,
+    replayed: Arc<Vec<u8>>,
+    counters: Arc<Counters>,
+    stamp: Stamp,
+}
+
+/// The policy a check by name took last, by name, while no policy has
+/// changed since (`crate::policies::changes`): a check of the same policy
+/// again (the usual traffic) takes it from here, without the store's lock
+/// and its search by name (about 100 instructions of a check's ~4,900).
+struct Memo {
+    changes: u64,
+    name: Vec<u8>,
+    current: Option<Current>,
+}
+
+static MEMO: MainThreadCell<Memo> = MainThreadCell::new(Memo {
+    changes: 0,
+    name: Vec::new(),
+    current: None,
+});
+
+impl Memo {
+    /// The current version of `policy`, if it exists: the memo's, unless
+    /// it is of another policy or a policy changed since it was taken.
+    #[inline(always)]
+    fn current(&mut self, policy: &[u8]) -> Option<&Current> {
+        let changes = policies::changes();
+        if self.changes != changes || self.current.is_none() || !same_bytes(&self.name, policy) {
+            self.take_anew(policy, changes);
+        }
+        self.current.as_ref()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take_anew(&mut self, policy: &[u8], changes: u64) {
+        self.changes = changes;
+        self.name.clear();
+        self.name.extend_from_slice(policy);
+        self.current = looked_up(policy);
+    }
+}
+
+/// The current version of `policy` in the store, if it exists.
+fn looked_up(policy: &[u8]) -> Option<Current> {
+    let store = store();
+    let held = store.get(policy)?;
+    let current = held.current()?;
+    Some(Current {
+        definition: Arc::clone(&current.definition),
+        replayed: Arc::clone(&current.replayed),
+        counters: Arc::clone(&held.counters),
+        stamp: current.stamp,
+    })
+}
+
+/// `RL.CHECK`, decided under its policy's current version as the memo
+/// lends it (see [`Memo`]); were the memo lent already (nothing a check
+/// runs checks by name), as the store holds it.
 fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
     let policy = args.bytes(1).ok_or(CommandError::Arity)?;
-    // One lock, three reference counts: the version's definition, its
-    // replayed words and the policy's counters, together, so a change made
-    // after this is not half seen.
-    let (definition, replayed, counters, stamp): (Arc<Definition>, Arc<Vec<u8>>, _, _) = {
-        let store = store();
-        let held = store.get(policy);
-        let current = held.and_then(|p| p.current().map(|c| (p, c)));
-        current.map(|(p, c)| {
-            (
-                Arc::clone(&c.definition),
-                Arc::clone(&c.replayed),
-                Arc::clone(&p.counters),
-                c.stamp,
-            )
-        })
-    }
-    .ok_or_else(|| no_policy(policy))?;
+    MEMO.with(ctx, |memo| match memo.current(policy) {
+        Some(current) => checked_under(ctx, args, policy, current),
+        None => Err(no_policy(policy)),
+    })
+    .unwrap_or_else(|| match looked_up(policy) {
+        Some(current) => checked_under(ctx, args, policy, &current),
+        None => Err(no_policy(policy)),
+    })
+}
+
+#[inline(always)]
+fn checked_under(
+    ctx: Ctx<'_>,
+    args: &Args<'_>,
+    policy: &[u8],
+    current: &Current,
+) -> Result<Status, CommandError> {
+    let Current {
+        definition,
+        replayed,
+        counters,
+        stamp,
+    } = current;
+    let stamp = *stamp;
     let n = definition.tiers.len();
     if args.len() < 2 + n {
         return Err(wrong_keys(policy, n));
@@ -298,7 +372,7 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
         }
     };
     let words = args.bytes_from(2 + n);
-    let options = Request::policy_options(&definition, &words).map_err(|error| {
+    let options = Request::policy_options(definition, &words).map_err(|error| {
         // A word that is no option may be a key too many.
         if error.text().starts_with("ERR syntax error: unknown option") {
             wrong_keys(policy, n)
@@ -311,13 +385,13 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
             "READONLY You can't write against a read only replica.".into(),
         ));
     }
-    let run = Run::live_glued(ctx, Command::Policy, 1, &replayed);
+    let run = Run::live_glued(ctx, Command::Policy, 1, replayed);
     // The usual check, plain (no PEEK, BLOCK or UPTO, no waiter before it)
     // of one tier under a stamped policy: its straight path, unless its key
     // needs the migration step first.
     if let ([tier], &[key], false) = (definition.tiers.as_slice(), keys, stamp.is_none()) {
         if let Some(plain) = Plain::of(ctx, key, &options, counter_of(tier)) {
-            if let Some(status) = respond_by_name(&run, args, key, tier, stamp, plain, &counters) {
+            if let Some(status) = respond_by_name(&run, args, key, tier, stamp, plain, counters) {
                 return Ok(status);
             }
         }
@@ -333,9 +407,9 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
     });
     let waiting_args = waiting.as_mut().map(OwnedArgs::args);
     let request = Request::Policy {
-        definition,
+        definition: Arc::clone(definition),
         options,
-        counters,
+        counters: Arc::clone(counters),
         stamp,
     };
     Ok(respond(
