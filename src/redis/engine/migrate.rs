@@ -178,32 +178,34 @@ pub fn decided_if_current<S: Store>(
                 block_ms,
             } = self;
             let mut key = run.write(token, key_name);
-            if key.is_empty() {
-                // Made in its stamped form right away, a fresh state, when
-                // the request will take from it (what the decision then
-                // does on it is what it does on a missing key: the same
-                // fresh state, at the same time), so that it is not stored
-                // plain, then stamped. A request a fresh state denies makes
-                // no key.
-                let now_ms = run.now_ms();
-                if B::check_with(None, params, now_ms, cost, Mode::Take)
-                    .1
-                    .is_some()
-                {
-                    run.out_of_memory()?;
-                    key.set(B::extended(0, stamp, B::fresh(params, now_ms)))?;
-                }
-            } else {
-                let current = match key.holds_form::<B>() {
-                    Holds::Sibling(extended) => {
-                        B::stamp_of(extended) == stamp
-                            && B::parts_ref(extended).0.params() == params
+            // The key's form, read once: missing, this policy's current
+            // version's stamped state, or anything else (the general path).
+            let current = match key.holds_form::<B>() {
+                Holds::Nothing => None,
+                Holds::Sibling(extended) => Some(
+                    B::stamp_of(extended) == stamp && B::parts_ref(extended).0.params() == params,
+                ),
+                _ => Some(false),
+            };
+            match current {
+                None => {
+                    // Made in its stamped form right away, a fresh state,
+                    // when the request will take from it (what the decision
+                    // then does on it is what it does on a missing key: the
+                    // same fresh state, at the same time), so that it is
+                    // not stored plain, then stamped. A request a fresh
+                    // state denies makes no key.
+                    let now_ms = run.now_ms();
+                    if B::check_with(None, params, now_ms, cost, Mode::Take)
+                        .1
+                        .is_some()
+                    {
+                        run.out_of_memory()?;
+                        key.set(B::extended(0, stamp, B::fresh(params, now_ms)))?;
                     }
-                    _ => false,
-                };
-                if !current {
-                    return Ok(None);
                 }
+                Some(true) => {}
+                Some(false) => return Ok(None),
             }
             apply_open::<S, B>(run, key, key_name, params, cost, penalty_ms, block_ms).map(Some)
         }

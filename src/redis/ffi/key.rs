@@ -2,6 +2,7 @@
 //! holds, read and written as typed values (see [`TypedValue`]), and its
 //! expiry.
 
+use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
 
@@ -25,6 +26,11 @@ pub enum Holds<A, S> {
 /// A key opened for one command (`'a`), closed when dropped.
 pub struct OpenKey<'a> {
     ptr: *mut raw::RedisModuleKey,
+    /// The module type and value the key was last seen holding, kept until
+    /// the value is set or deleted (`&mut self`, which clear it): a check
+    /// that reads the key's form twice (by a policy's name: its stamp, then
+    /// the decision) asks Redis once.
+    seen: Cell<Option<(*mut raw::RedisModuleType, *mut c_void)>>,
     life: PhantomData<Ctx<'a>>,
 }
 
@@ -41,6 +47,7 @@ impl<'a> OpenKey<'a> {
         let ptr = unsafe { rm!(RedisModule_OpenKey)(ctx.raw(), name.raw(), mode as c_int) };
         Self {
             ptr,
+            seen: Cell::new(None),
             life: PhantomData,
         }
     }
@@ -50,21 +57,30 @@ impl<'a> OpenKey<'a> {
         if self.ptr.is_null() {
             return Holds::Nothing;
         }
-        // The module type first: null unless the key holds a module value,
-        // so the key's type is asked only then, to tell an empty key from
-        // one of another type (one call fewer on every check of a stored
-        // state).
-        // SAFETY: `ptr` is an open key.
-        let module_type = unsafe { rm!(RedisModule_ModuleTypeGetType)(self.ptr) };
-        if module_type.is_null() {
-            // SAFETY: `ptr` is an open key.
-            let key_type = unsafe { rm!(RedisModule_KeyType)(self.ptr) };
-            return if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
-                Holds::Nothing
-            } else {
-                Holds::Other
-            };
-        }
+        let (module_type, value) = match self.seen.get() {
+            Some(seen) => seen,
+            None => {
+                // The module type first: null unless the key holds a
+                // module value, so the key's type is asked only then, to
+                // tell an empty key from one of another type (one call
+                // fewer on every check of a stored state).
+                // SAFETY: `ptr` is an open key.
+                let module_type = unsafe { rm!(RedisModule_ModuleTypeGetType)(self.ptr) };
+                if module_type.is_null() {
+                    // SAFETY: `ptr` is an open key.
+                    let key_type = unsafe { rm!(RedisModule_KeyType)(self.ptr) };
+                    return if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
+                        Holds::Nothing
+                    } else {
+                        Holds::Other
+                    };
+                }
+                // SAFETY: `ptr` is an open key holding a module value.
+                let value = unsafe { rm!(RedisModule_ModuleTypeGetValue)(self.ptr) };
+                self.seen.set(Some((module_type, value)));
+                (module_type, value)
+            }
+        };
         let is = |ty: &redis_module::native_types::RedisType| module_type == *ty.raw_type.borrow();
         let which = if is(A::redis_type()) {
             Holds::This(())
@@ -73,8 +89,6 @@ impl<'a> OpenKey<'a> {
         } else {
             return Holds::Other;
         };
-        // SAFETY: `ptr` is an open key holding a module value.
-        let value = unsafe { rm!(RedisModule_ModuleTypeGetValue)(self.ptr) };
         match which {
             _ if value.is_null() => Holds::Nothing,
             Holds::This(()) => Holds::This(value),
@@ -124,6 +138,7 @@ impl<'a> OpenKey<'a> {
         if self.ptr.is_null() {
             return false;
         }
+        self.seen.set(None);
         let policy_hash = crate::algorithms::State::policy_hash(&value);
         let boxed = Box::into_raw(Box::new(value)).cast::<c_void>();
         // SAFETY: `ptr` is a key opened for writing; Redis takes ownership
@@ -168,6 +183,7 @@ impl<'a> OpenKey<'a> {
     /// Deletes the key (opened for writing), freeing its value: `&mut self`,
     /// so no value read through [`OpenKey::holds`] outlives it.
     pub fn delete(&mut self) {
+        self.seen.set(None);
         if !self.ptr.is_null() {
             // SAFETY: `ptr` is a key opened for writing.
             unsafe { rm!(RedisModule_DeleteKey)(self.ptr) };
