@@ -1,7 +1,7 @@
 //! The load `make test-valgrind` puts on servers running under valgrind's
 //! memcheck (scripts/memcheck.sh): the waiting clients' paths (`BLOCK`) at
 //! their boundary, late event loops, and the operations of tests/block.rs and
-//! tests/operations.rs. The verdict is memcheck's log, read by
+//! tests/operations.rs, and checks by name through policy changes. The verdict is memcheck's log, read by
 //! scripts/memcheck_report.py; these tests fail on what a client sees: a
 //! server that died or hung, a waiter never answered.
 //!
@@ -451,4 +451,87 @@ fn a_replica_attached_with_clients_waiting() {
     }
     assert!(status.success(), "the primary exited with {status}");
     stop(replica, "the replica's part");
+}
+
+/// Checks by a policy's name, and inline checks on the same keys, through
+/// every way a policy changes (a new version, a rollback, a delete and a
+/// new definition, `DEBUG RELOAD`), with a replica attached: the check by
+/// name's memo of its policy, the open key's memory of its value, the
+/// migration of stamped keys, a waiter by name, a wrong-type key. Every
+/// request answered; the replica holds the primary's keys and policies.
+#[test]
+#[ignore]
+fn checks_by_name_through_every_change_of_their_policies() {
+    let primary = Server::start(&[]);
+    let replica = Server::start_replica_of(&primary);
+    let mut p = client(primary.port);
+    let mut r = client(replica.port);
+    let ask = |con: &mut redis::Connection, words: &[&str]| match run(con, words) {
+        Err(e) if never_answered(&e) => panic!("{words:?} never answered: {e}"),
+        _ => (),
+    };
+    ask(
+        &mut p,
+        &["RL.POLICY", "SET", "one", "TOKENBUCKET", "3", "1"],
+    );
+    let two = [
+        "RL.POLICY",
+        "SET",
+        "two",
+        "TOKENBUCKET",
+        "5",
+        "1",
+        "GCRA",
+        "0",
+        "1",
+        "1s",
+    ];
+    ask(&mut p, &two);
+    ask(&mut p, &["SET", "text", "a string"]);
+    // No key expires on its own from here (the replica's would lag a
+    // moment behind): the digests below compare like with like.
+    ask(&mut p, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
+    ask(&mut p, &["RL.CHECK", "one", "w", "COST", "3"]);
+    let waiter = send(primary.port, &["RL.CHECK", "one", "w", "BLOCK", "3000"]);
+    for i in 0..60 {
+        let k = format!("k{}", i % 7);
+        let (a, b) = (format!("a{}", i % 5), format!("b{}", i % 3));
+        ask(&mut p, &["RL.CHECK", "one", &k]);
+        ask(&mut p, &["RL.CHECK", "one", &k, "PEEK"]);
+        ask(&mut p, &["RL.CHECK", "two", &a, &b]);
+        ask(&mut p, &["RL.CHECK", "one", &k, "COST", "2"]);
+        ask(&mut p, &["RL.TOKENBUCKET", &k, "3", "1"]);
+        ask(&mut p, &["RL.CHECK", "one", "text"]);
+        ask(&mut r, &["RL.CHECK", "one", &k, "PEEK"]);
+        match i {
+            10 | 20 | 50 => {
+                let limit = (3 + i / 10).to_string();
+                ask(
+                    &mut p,
+                    &["RL.POLICY", "SET", "one", "TOKENBUCKET", &limit, "1"],
+                );
+            }
+            25 => ask(&mut p, &["RL.POLICY", "ROLLBACK", "one", "1"]),
+            30 => ask(&mut p, &["RL.POLICY", "DEL", "one"]),
+            31 => ask(
+                &mut p,
+                &["RL.POLICY", "SET", "one", "TOKENBUCKET", "4", "2"],
+            ),
+            40 => ask(&mut p, &["DEBUG", "RELOAD"]),
+            _ => (),
+        }
+    }
+    let _ = answered(waiter, "a waiter by name through policy changes");
+    run(&mut p, &["WAIT", "1", "30000"]).unwrap();
+    let digest = |con: &mut redis::Connection, words: &[&str]| run(con, words).unwrap();
+    assert_eq!(
+        digest(&mut p, &["RL.POLICY", "DIGEST"]),
+        digest(&mut r, &["RL.POLICY", "DIGEST"])
+    );
+    assert_eq!(
+        digest(&mut p, &["DEBUG", "DIGEST"]),
+        digest(&mut r, &["DEBUG", "DIGEST"])
+    );
+    stop(replica, "checks by name (replica)");
+    stop(primary, "checks by name");
 }
