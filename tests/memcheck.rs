@@ -1,9 +1,10 @@
 //! The load `make test-valgrind` puts on servers running under valgrind's
 //! memcheck (scripts/memcheck.sh): the waiting clients' paths (`BLOCK`) at
-//! their boundary, late event loops, and the operations of tests/block.rs and
-//! tests/operations.rs, and checks by name through policy changes. The verdict is memcheck's log, read by
-//! scripts/memcheck_report.py; these tests fail on what a client sees: a
-//! server that died or hung, a waiter never answered.
+//! their boundary, late event loops, the operations of tests/block.rs and
+//! tests/operations.rs, and checks by a policy's name through its changes.
+//! The verdict is memcheck's log, read by scripts/memcheck_report.py; these
+//! tests fail on what a client sees: a server that died or hung, a waiter
+//! never answered.
 //!
 //! Ignored in `cargo test`: run through `make test-valgrind`, which points
 //! `RL_SERVER` at scripts/memcheck-server.sh. Without it they run against a
