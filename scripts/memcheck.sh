@@ -6,7 +6,8 @@
 # runs tests/memcheck.rs with every server it starts under memcheck
 # (RL_SERVER=scripts/memcheck-server.sh): the boundary load of issue 28 for
 # MEMCHECK_LOAD_S seconds (default 30), the DEBUG SLEEP rounds, the
-# operations with clients waiting, a replica attached. Then reads every
+# operations with clients waiting, a replica attached, checks by name through
+# policy changes. Then reads every
 # server's log (scripts/memcheck_report.py): any error fails, as does a test
 # that failed (a server that died or hung, a waiter never answered).
 #
