@@ -7,9 +7,9 @@
 # (RL_SERVER=scripts/memcheck-server.sh): the boundary load of issue 28 for
 # MEMCHECK_LOAD_S seconds (default 30), the DEBUG SLEEP rounds, the
 # operations with clients waiting, a replica attached, checks by name through
-# policy changes. Then reads every
-# server's log (scripts/memcheck_report.py): any error fails, as does a test
-# that failed (a server that died or hung, a waiter never answered).
+# policy changes. Then reads every server's log (scripts/memcheck_report.py):
+# any error fails, as does a test that failed (a server that died or hung, a
+# waiter never answered).
 #
 # Environment: MEMCHECK_OUT (the logs; default target/memcheck-out, emptied
 # first), MEMCHECK_LOAD_S, MEMCHECK_SLEEP_ROUNDS (default 25), RL_MODULE (a
