@@ -5,9 +5,10 @@ than the figures committed in docs/benchmarks.md allow.
 Usage: profile_guard.py [--write] REQUESTS DUMP...   (scripts/profile.sh runs it)
 
 For each callgrind dump of scripts/profile.sh that the guard judges (INCR,
-the floor, and the guard's own workload, "g-<command>": every check command
+the floor, and the guard's own workload: "g-<command>", every check command
 with parameters under which each request takes the same path whatever the
-timing): the instructions a request inside the command, Redis's call()
+timing, and "floor-<words>", the floor with as many words as those checks):
+the instructions a request inside the command, Redis's call()
 inclusive (what the command costs, without the event loop and the expiry
 cycle, whose share depends on timing). Compared with the committed
 figure of the same name in the table between `<!-- profile-guard:begin -->`
@@ -66,7 +67,7 @@ def committed(text):
 
 
 def guarded(name):
-    return name in ("incr", "floor") or name.startswith("g-")
+    return name in ("incr", "floor") or name.startswith(("g-", "floor-"))
 
 
 def measured(requests, dumps):
