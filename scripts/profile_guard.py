@@ -34,6 +34,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from callgrind_summary import calls, inclusive, summary_total, trigger  # noqa: E402
+from callgrind_summary import command_of as workload_words  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -86,9 +87,8 @@ def measured(requests, dumps):
 
 def command_of(name):
     """The command words profile.sh ran for `name`, from its table."""
-    text = (ROOT / "scripts" / "profile.sh").read_text()
-    m = re.search(rf'"{re.escape(name)}\|([^"]*)"', text)
-    return m.group(1).replace("__rand_int__", "KEY") if m else "?"
+    words = workload_words(name)
+    return " ".join(words).replace("__rand_int__", "KEY") if words else "?"
 
 
 def write(requests, rows, version):
