@@ -160,6 +160,20 @@ redis-cli -p "$port" PING >/dev/null
 # not keys: the FLUSHALL before each command keeps it).
 redis-cli -p "$port" RL.POLICY SET profile:tbk TOKENBUCKET 100 0.01 >/dev/null
 vg_pid=$(sed -n 's/^==\([0-9]*\)==.*/\1/p' "$workdir/valgrind.log" | head -n 1)
+# Each workload's command once, on a key of its own: one that answers an
+# error (a floor module built before FLOOR.CHECK took extra words, a
+# command renamed) would be measured as the cost of an error reply. Every
+# workload answers integers; an error reply starts with its code (ERR,
+# WRONGTYPE, ...).
+for entry in "${commands[@]}"; do
+  read -r -a words <<<"${entry#*|}"
+  reply=$(redis-cli -p "$port" "${words[@]/__rand_int__/selfcheck}" 2>&1)
+  case $reply in [A-Z]*)
+    echo "profile: ${entry%%|*}: ${words[*]} answers an error, nothing to measure: $reply" >&2
+    exit 1
+    ;;
+  esac
+done
 
 bench() {
   timeout 1800 redis-benchmark -h 127.0.0.1 -p "$port" -c 50 -r 100000 -P 32 -q "$@" >/dev/null
