@@ -5,9 +5,10 @@ than the figures committed in docs/benchmarks.md allow.
 Usage: profile_guard.py [--write] REQUESTS DUMP...   (scripts/profile.sh runs it)
 
 For each callgrind dump of scripts/profile.sh that the guard judges (INCR,
-the floor, and the guard's own workload, "g-<command>": every check command
+the floor, and the guard's own workload: "g-<command>", every check command
 with parameters under which each request takes the same path whatever the
-timing): the instructions a request inside the command, Redis's call()
+timing, and "floor-<words>", the floor with as many words as those checks):
+the instructions a request inside the command, Redis's call()
 inclusive (what the command costs, without the event loop and the expiry
 cycle, whose share depends on timing). Compared with the committed
 figure of the same name in the table between `<!-- profile-guard:begin -->`
@@ -33,6 +34,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from callgrind_summary import calls, inclusive, summary_total, trigger  # noqa: E402
+from callgrind_summary import command_of as workload_words  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -66,7 +68,7 @@ def committed(text):
 
 
 def guarded(name):
-    return name in ("incr", "floor") or name.startswith("g-")
+    return name in ("incr", "floor") or name.startswith(("g-", "floor-"))
 
 
 def measured(requests, dumps):
@@ -85,9 +87,8 @@ def measured(requests, dumps):
 
 def command_of(name):
     """The command words profile.sh ran for `name`, from its table."""
-    text = (ROOT / "scripts" / "profile.sh").read_text()
-    m = re.search(rf'"{re.escape(name)}\|([^"]*)"', text)
-    return m.group(1).replace("__rand_int__", "KEY") if m else "?"
+    words = workload_words(name)
+    return " ".join(words).replace("__rand_int__", "KEY") if words else "?"
 
 
 def write(requests, rows, version):
