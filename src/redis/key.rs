@@ -10,14 +10,18 @@
 //! so a state read from the key cannot be used after it. Opening a key
 //! borrows the command's [`KeyToken`] mutably for as long as the key is
 //! open, so no two keys are open at once for one command (two opens of one
-//! name would lend its state twice). The compile-fail examples in
-//! `crate::typed_keys` show all three.
+//! name would lend its state twice); and a token is made only by the FFI
+//! room, one for each call of Redis into the module (a command, a
+//! callback), and lent to the code it runs, so a command cannot make a
+//! second one. The compile-fail examples in `crate::typed_keys` show all
+//! four.
 
 use std::marker::PhantomData;
 
 pub use super::ffi::key::Holds;
 use super::ffi::key::OpenKey;
 use super::ffi::types::TypedValue;
+pub use super::ffi::KeyToken;
 use super::ffi::{Ctx, KeyName};
 use super::types::{PenalizedStored, Stored};
 use crate::algorithms::expiry::{expiry_at, next_expiry};
@@ -76,41 +80,6 @@ impl RawKey for OpenKey<'_> {
     }
     fn expires_at(&self) -> Option<i64> {
         OpenKey::expires_at(self)
-    }
-}
-
-/// The right to have one key open, one for each command: opening a key
-/// borrows it mutably until the key is closed (dropped), so a second key
-/// opened while one is open, for reading or writing, of the same name or
-/// another, does not compile (E0499). Key
-/// names are run-time values, so types cannot tell two opens of one name
-/// from opens of two names; they forbid both, and the engine needs no more
-/// (`RL.ALL` plans, takes and settles its tiers one after another). Two
-/// opens of one name would lend its state twice (two `&mut`, or a `&`
-/// beside a `&mut`). Nothing at run time: a token has no bytes.
-///
-/// Made where a command starts to decide ([`KeyToken::of`] its context),
-/// and lent down to every place that opens a key. What the types bind is
-/// keys to a token; that a command makes one token is the code's doing
-/// (each command's entry makes it, once: `respond`, the replays, and the
-/// few commands that open a key themselves).
-pub struct KeyToken {
-    /// Made only by [`KeyToken::of`] (and the engine's unit tests).
-    _private: (),
-}
-
-impl KeyToken {
-    /// The token of the command `ctx` runs: made once per command, where
-    /// it starts to decide.
-    #[inline(always)]
-    pub fn of(_ctx: Ctx<'_>) -> Self {
-        KeyToken { _private: () }
-    }
-
-    /// A token for the engine's unit tests, whose keys live in memory.
-    #[cfg(test)]
-    pub(crate) fn in_memory() -> Self {
-        KeyToken { _private: () }
     }
 }
 
