@@ -171,6 +171,37 @@
 //!     let _ = read.get::<TokenBucket>();
 //! }
 //! ```
+//!
+//! Nor can a command get round the token by making a second one to open a
+//! key twice: a token is made only inside the FFI room (`redis::ffi`), one
+//! for each call of the server into the module, and lent to the code that
+//! call runs. Its field is private:
+//!
+//! ```compile_fail,E0451
+//! use redis_ratelimit::algorithms::token_bucket::TokenBucket;
+//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName, KeyToken};
+//!
+//! fn misuse<'a>(ctx: Ctx<'a>, token: &mut KeyToken, name: KeyName<'a>) {
+//!     let mut another = KeyToken { _private: () };
+//!     let mut first = Key::write(token, ctx, name);
+//!     let mut second = Key::write(&mut another, ctx, name);
+//!     let _ = (first.held::<TokenBucket>(), second.held::<TokenBucket>());
+//! }
+//! ```
+//!
+//! and its constructor is the room's:
+//!
+//! ```compile_fail,E0624
+//! use redis_ratelimit::algorithms::token_bucket::TokenBucket;
+//! use redis_ratelimit::typed_keys::{Ctx, Key, KeyName, KeyToken};
+//!
+//! fn misuse<'a>(ctx: Ctx<'a>, token: &mut KeyToken, name: KeyName<'a>) {
+//!     let mut another = KeyToken::new();
+//!     let mut first = Key::write(token, ctx, name);
+//!     let mut second = Key::write(&mut another, ctx, name);
+//!     let _ = (first.held::<TokenBucket>(), second.held::<TokenBucket>());
+//! }
+//! ```
 
 pub use crate::redis::ffi::{Ctx, KeyName};
 pub use crate::redis::key::{Key, KeyToken, Read, ReadKey, Write, WriteKey};
