@@ -202,6 +202,34 @@
 //!     let _ = (first.held::<TokenBucket>(), second.held::<TokenBucket>());
 //! }
 //! ```
+//!
+//! Below [`Key`], the server's open key itself ([`OpenKey`]) holds the
+//! token too, so no raw key is opened beside another either:
+//!
+//! ```compile_fail,E0499
+//! use redis_ratelimit::typed_keys::{Ctx, KeyName, KeyToken, OpenKey};
+//!
+//! fn misuse<'a>(ctx: Ctx<'a>, token: &mut KeyToken, name: KeyName<'a>) {
+//!     let first = OpenKey::open(token, ctx, name, true);
+//!     let second = OpenKey::open(token, ctx, name, true);
+//!     let _ = (first.is_empty(), second.is_empty());
+//! }
+//! ```
+//!
+//! Its twin, which compiles: one raw key closed before the next is opened.
+//!
+//! ```
+//! use redis_ratelimit::typed_keys::{Ctx, KeyName, KeyToken, OpenKey};
+//!
+//! fn one_after_another<'a>(ctx: Ctx<'a>, token: &mut KeyToken, name: KeyName<'a>) {
+//!     let first = OpenKey::open(token, ctx, name, true);
+//!     let _ = first.is_empty();
+//!     drop(first);
+//!     let second = OpenKey::open(token, ctx, name, true);
+//!     let _ = second.is_empty();
+//! }
+//! ```
 
+pub use crate::redis::ffi::key::OpenKey;
 pub use crate::redis::ffi::{Ctx, KeyName};
 pub use crate::redis::key::{Key, KeyToken, Read, ReadKey, Write, WriteKey};

@@ -101,14 +101,29 @@ pub type WriteKey<'k> = Key<'k, Write>;
 impl<'k> Key<'k, Read> {
     /// Opens `name` for reading, the command's `token` lent to the key.
     pub fn read<'a: 'k>(token: &'k mut KeyToken, ctx: Ctx<'a>, name: KeyName<'a>) -> Self {
-        Self::made_of(token, OpenKey::open(ctx, name, false))
+        Self::opened(OpenKey::open(token, ctx, name, false))
+    }
+}
+
+impl<'k, M> Key<'k, M> {
+    /// A key of the server's `raw`, which the caller opened as `M` says
+    /// and which holds the command's token while it is open: the way a
+    /// server's key is made (the engine's store of the server's keys,
+    /// `super::engine::store`, opens its keys here).
+    #[inline(always)]
+    pub(crate) fn opened(raw: OpenKey<'k>) -> Self {
+        Self {
+            key: raw,
+            access: PhantomData,
+        }
     }
 }
 
 impl<'k, M, R: RawKey> Key<'k, M, R> {
     /// A key of `raw`, which the caller opened as `M` says, holding the
-    /// command's `token` while it is open: the one way a key is made
-    /// (the engine's stores, `super::engine::store`, open theirs here).
+    /// command's `token` while it is open: the way a key of the engine's
+    /// unit tests is made (`super::engine::memory`).
+    #[cfg(test)]
     #[inline(always)]
     pub(crate) fn made_of(_token: &'k mut KeyToken, raw: R) -> Self {
         Self {
@@ -187,7 +202,7 @@ impl<'k> Key<'k, Write> {
     /// Opens `name` for reading and writing, the command's `token` lent to
     /// the key. Opening does not create the key; setting a value does.
     pub fn write<'a: 'k>(token: &'k mut KeyToken, ctx: Ctx<'a>, name: KeyName<'a>) -> Self {
-        Self::made_of(token, OpenKey::open(ctx, name, true))
+        Self::opened(OpenKey::open(token, ctx, name, true))
     }
 }
 
