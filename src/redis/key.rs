@@ -10,14 +10,18 @@
 //! so a state read from the key cannot be used after it. Opening a key
 //! borrows the command's [`KeyToken`] mutably for as long as the key is
 //! open, so no two keys are open at once for one command (two opens of one
-//! name would lend its state twice). The compile-fail examples in
-//! `crate::typed_keys` show all three.
+//! name would lend its state twice); and a token is made only by the FFI
+//! room, one for each call of Redis into the module (a command, a
+//! callback), and lent to the code it runs, so a command cannot make a
+//! second one. The compile-fail examples in `crate::typed_keys` show all
+//! four.
 
 use std::marker::PhantomData;
 
 pub use super::ffi::key::Holds;
 use super::ffi::key::OpenKey;
 use super::ffi::types::TypedValue;
+pub use super::ffi::KeyToken;
 use super::ffi::{Ctx, KeyName};
 use super::types::{PenalizedStored, Stored};
 use crate::algorithms::expiry::{expiry_at, next_expiry};
@@ -79,41 +83,6 @@ impl RawKey for OpenKey<'_> {
     }
 }
 
-/// The right to have one key open, one for each command: opening a key
-/// borrows it mutably until the key is closed (dropped), so a second key
-/// opened while one is open, for reading or writing, of the same name or
-/// another, does not compile (E0499). Key
-/// names are run-time values, so types cannot tell two opens of one name
-/// from opens of two names; they forbid both, and the engine needs no more
-/// (`RL.ALL` plans, takes and settles its tiers one after another). Two
-/// opens of one name would lend its state twice (two `&mut`, or a `&`
-/// beside a `&mut`). Nothing at run time: a token has no bytes.
-///
-/// Made where a command starts to decide ([`KeyToken::of`] its context),
-/// and lent down to every place that opens a key. What the types bind is
-/// keys to a token; that a command makes one token is the code's doing
-/// (each command's entry makes it, once: `respond`, the replays, and the
-/// few commands that open a key themselves).
-pub struct KeyToken {
-    /// Made only by [`KeyToken::of`] (and the engine's unit tests).
-    _private: (),
-}
-
-impl KeyToken {
-    /// The token of the command `ctx` runs: made once per command, where
-    /// it starts to decide.
-    #[inline(always)]
-    pub fn of(_ctx: Ctx<'_>) -> Self {
-        KeyToken { _private: () }
-    }
-
-    /// A token for the engine's unit tests, whose keys live in memory.
-    #[cfg(test)]
-    pub(crate) fn in_memory() -> Self {
-        KeyToken { _private: () }
-    }
-}
-
 /// A key opened for one command, closed when dropped; `'k` is the borrow of
 /// the command's [`KeyToken`] it holds while open; `M` says how it was
 /// opened ([`Read`] or [`Write`]); `R` is what it is made of (the server's
@@ -132,14 +101,29 @@ pub type WriteKey<'k> = Key<'k, Write>;
 impl<'k> Key<'k, Read> {
     /// Opens `name` for reading, the command's `token` lent to the key.
     pub fn read<'a: 'k>(token: &'k mut KeyToken, ctx: Ctx<'a>, name: KeyName<'a>) -> Self {
-        Self::made_of(token, OpenKey::open(ctx, name, false))
+        Self::opened(OpenKey::open(token, ctx, name, false))
+    }
+}
+
+impl<'k, M> Key<'k, M> {
+    /// A key of the server's `raw`, which the caller opened as `M` says
+    /// and which holds the command's token while it is open: the way a
+    /// server's key is made (the engine's store of the server's keys,
+    /// `super::engine::store`, opens its keys here).
+    #[inline(always)]
+    pub(crate) fn opened(raw: OpenKey<'k>) -> Self {
+        Self {
+            key: raw,
+            access: PhantomData,
+        }
     }
 }
 
 impl<'k, M, R: RawKey> Key<'k, M, R> {
     /// A key of `raw`, which the caller opened as `M` says, holding the
-    /// command's `token` while it is open: the one way a key is made
-    /// (the engine's stores, `super::engine::store`, open theirs here).
+    /// command's `token` while it is open: the way a key of the engine's
+    /// unit tests is made (`super::engine::memory`).
+    #[cfg(test)]
     #[inline(always)]
     pub(crate) fn made_of(_token: &'k mut KeyToken, raw: R) -> Self {
         Self {
@@ -218,7 +202,7 @@ impl<'k> Key<'k, Write> {
     /// Opens `name` for reading and writing, the command's `token` lent to
     /// the key. Opening does not create the key; setting a value does.
     pub fn write<'a: 'k>(token: &'k mut KeyToken, ctx: Ctx<'a>, name: KeyName<'a>) -> Self {
-        Self::made_of(token, OpenKey::open(ctx, name, true))
+        Self::opened(OpenKey::open(token, ctx, name, true))
     }
 }
 

@@ -24,15 +24,21 @@ use crate::policies::Counters;
 /// behind the clients already waiting on its keys (`BLOCK`): with `BLOCK` it
 /// waits its turn, without it is denied. Otherwise it is decided, and what it
 /// changed propagated; a denied request with `BLOCK` waits (when it can pass
-/// within its wait); the rest is counted, announced and answered.
-pub fn respond(run: &Run<'_>, args: &Args<'_>, request: Request, keys: &[KeyName<'_>]) -> Status {
+/// within its wait); the rest is counted, announced and answered. The
+/// command's `token` is lent to every key it opens.
+pub fn respond(
+    run: &Run<'_>,
+    token: &mut KeyToken,
+    args: &Args<'_>,
+    request: Request,
+    keys: &[KeyName<'_>],
+) -> Status {
     let ctx = run.ctx;
-    let token = &mut KeyToken::of(ctx);
     let mode = request.mode();
     let block_ms = request.block_ms().filter(|_| waiters::can_block(ctx));
     if mode == Mode::Take && waiters::queued(ctx, keys) {
         if let Some(block_ms) = block_ms {
-            return waiters::wait(ctx, args, request, keys, block_ms, None);
+            return waiters::wait(ctx, token, args, request, keys, block_ms, None);
         }
         return match decide(run, token, &request, keys, Mode::Peek) {
             Ok(outcome) => {
@@ -53,7 +59,7 @@ pub fn respond(run: &Run<'_>, args: &Args<'_>, request: Request, keys: &[KeyName
         let retry = decision.retry_after_ms;
         let in_time = block_ms == 0 || retry <= block_ms as i64 || !request.retry_is_known();
         if retry >= 0 && in_time {
-            return waiters::wait(ctx, args, request, keys, block_ms, Some(retry));
+            return waiters::wait(ctx, token, args, request, keys, block_ms, Some(retry));
         }
     }
     answer(run, &request, keys, &outcome)
@@ -69,6 +75,7 @@ pub fn respond(run: &Run<'_>, args: &Args<'_>, request: Request, keys: &[KeyName
 #[inline(always)]
 pub fn respond_plain<A: Checked>(
     run: &Run<'_>,
+    token: &mut KeyToken,
     args: &Args<'_>,
     key: KeyName<'_>,
     params: A::Params,
@@ -76,7 +83,6 @@ pub fn respond_plain<A: Checked>(
     reply: fn(Ctx<'_>, &Decision) -> Status,
 ) -> Status {
     let ctx = run.ctx;
-    let token = &mut KeyToken::of(ctx);
     // `apply`'s take, on its key opened here: inlined into the command
     // (no call, and the decision not moved through `apply`'s `Result`).
     let opened = run.write(token, key);
@@ -108,6 +114,7 @@ pub fn respond_plain<A: Checked>(
 #[allow(clippy::too_many_arguments)]
 pub fn respond_by_name(
     run: &Run<'_>,
+    token: &mut KeyToken,
     args: &Args<'_>,
     key: KeyName<'_>,
     tier: &Tier,
@@ -116,7 +123,6 @@ pub fn respond_by_name(
     counters: &Counters,
 ) -> Option<Status> {
     let ctx = run.ctx;
-    let token = &mut KeyToken::of(ctx);
     let decided = match decided_if_current(
         run,
         token,

@@ -3,7 +3,7 @@
 //! or from none (`super::super::engine::all`).
 
 use super::super::config;
-use super::super::ffi::{command, Args, Ctx, KeyName, Status};
+use super::super::ffi::{command, Args, Ctx, KeyName, KeyToken, Status};
 use super::super::replicate::Run;
 use super::super::request::Request;
 use super::super::respond::respond;
@@ -15,7 +15,7 @@ command! {
     pub fn all_command => all_reply;
 }
 
-fn all_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
+fn all_reply(ctx: Ctx<'_>, token: &mut KeyToken, args: &Args<'_>) -> Status {
     if ctx.is_keys_position_request() {
         return declare_keys(ctx, args, &args.bytes_from(1));
     }
@@ -25,7 +25,7 @@ fn all_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     }
     let run = Run::live(ctx, Command::All, 1);
     match parse::all(&words).and_then(|parsed| Ok((keys(args, &parsed)?, parsed))) {
-        Ok((keys, parsed)) => respond(&run, args, Request::All(parsed), &keys),
+        Ok((keys, parsed)) => respond(&run, token, args, Request::All(parsed), &keys),
         Err(error) => ctx.reply_error(&error),
     }
 }

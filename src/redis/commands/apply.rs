@@ -6,8 +6,7 @@
 
 use super::super::engine::decide::decide;
 use super::super::engine::leases::release;
-use super::super::ffi::{command, Args, Ctx, Status, Words};
-use super::super::key::KeyToken;
+use super::super::ffi::{command, Args, Ctx, KeyToken, Status, Words};
 use super::super::replicate::Run;
 use super::super::request::Request;
 use super::super::waiters;
@@ -25,15 +24,14 @@ command! {
     pub fn apply_command => apply_reply;
 }
 
-fn apply_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
+fn apply_reply(ctx: Ctx<'_>, token: &mut KeyToken, args: &Args<'_>) -> Status {
     let result = replayed(ctx, args, 2).and_then(|(header, words)| {
         let run = Run::replay(ctx, &header);
-        let token = &mut KeyToken::of(ctx);
         let key = args.key(1).ok_or(CommandError::Arity)?;
         let result = match header.command {
             Command::Release => release(&run, token, Some(key), &words).map(|released| {
                 if released {
-                    waiters::freed(ctx, key);
+                    waiters::freed(ctx, token, key);
                 }
             }),
             Command::Refund => refund(&run, token, Some(key), &words).map(drop),
@@ -54,7 +52,7 @@ command! {
     pub fn apply_all_command => apply_all_reply;
 }
 
-fn apply_all_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
+fn apply_all_reply(ctx: Ctx<'_>, token: &mut KeyToken, args: &Args<'_>) -> Status {
     if ctx.is_keys_position_request() {
         let mut words = args.bytes_from(1);
         if let Some(first) = words.first_mut() {
@@ -67,7 +65,6 @@ fn apply_all_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
             return Err(CommandError::invalid_state("not a replay of RL.ALL"));
         }
         let run = Run::replay(ctx, &header);
-        let token = &mut KeyToken::of(ctx);
         let result = parse::all(&words).and_then(|parsed| {
             let keys = keys(args, &parsed)?;
             let request = Request::All(parsed);
@@ -85,7 +82,7 @@ command! {
     pub fn apply_check_command => apply_check_reply;
 }
 
-fn apply_check_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
+fn apply_check_reply(ctx: Ctx<'_>, token: &mut KeyToken, args: &Args<'_>) -> Status {
     if ctx.is_keys_position_request() {
         let tiers = args
             .bytes(1)
@@ -102,7 +99,6 @@ fn apply_check_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
             return Err(CommandError::invalid_state("not a replay of RL.CHECK"));
         }
         let run = Run::replay(ctx, &header);
-        let token = &mut KeyToken::of(ctx);
         let (stamp, definition) = replayed_definition(words.first().copied().unwrap_or_default())?;
         let n = definition.tiers.len();
         let keys: Vec<_> = (2..2 + n).filter_map(|i| args.key(i)).collect();

@@ -4,7 +4,7 @@
 //! (`super::super::engine::check`).
 
 use super::super::engine::Checked;
-use super::super::ffi::{command, Args, Ctx, Status, Words};
+use super::super::ffi::{command, Args, Ctx, KeyToken, Status, Words};
 use super::super::outcome::reply_decision;
 use super::super::replicate::Run;
 use super::super::request::Request;
@@ -23,7 +23,7 @@ command! {
     pub fn check_command<A: Checked> => check_reply::<A>;
 }
 
-fn check_reply<A: Checked>(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
+fn check_reply<A: Checked>(ctx: Ctx<'_>, token: &mut KeyToken, args: &Args<'_>) -> Status {
     let run = Run::live(ctx, Command::Check(A::TAG), 2);
     let mut words = Words::none();
     args.fill_from(2, &mut words);
@@ -32,20 +32,25 @@ fn check_reply<A: Checked>(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     // straight path, which knows its algorithm.
     if let (Some(key), Ok((params, options))) = (args.key(1), &parsed) {
         if let Some(plain) = Plain::of(ctx, key, options, A::counter()) {
-            return respond_plain::<A>(&run, args, key, *params, plain, reply_decision);
+            return respond_plain::<A>(&run, token, args, key, *params, plain, reply_decision);
         }
     }
     let request = parsed.map(|(params, options)| Request::Check {
         tier: params.into_tier(),
         options,
     });
-    one_key(&run, args, request)
+    one_key(&run, token, args, request)
 }
 
 /// A request on the command's one key (its first argument).
-fn one_key(run: &Run<'_>, args: &Args<'_>, request: Result<Request, CommandError>) -> Status {
+fn one_key(
+    run: &Run<'_>,
+    token: &mut KeyToken,
+    args: &Args<'_>,
+    request: Result<Request, CommandError>,
+) -> Status {
     match (args.key(1), request) {
-        (Some(key), Ok(request)) => respond(run, args, request, &[key]),
+        (Some(key), Ok(request)) => respond(run, token, args, request, &[key]),
         (None, _) => run.ctx.reply_error(&CommandError::Arity),
         (_, Err(error)) => run.ctx.reply_error(&error),
     }
@@ -57,7 +62,7 @@ command! {
     pub fn cl_throttle_command => cl_throttle_reply_to;
 }
 
-fn cl_throttle_reply_to(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
+fn cl_throttle_reply_to(ctx: Ctx<'_>, token: &mut KeyToken, args: &Args<'_>) -> Status {
     let run = Run::live(ctx, Command::ClThrottle, 2);
     let mut words = Words::none();
     args.fill_from(2, &mut words);
@@ -71,12 +76,18 @@ fn cl_throttle_reply_to(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
                 shadow: false,
                 counter: &stats::CL_THROTTLE,
             };
-            return respond_plain::<Gcra>(&run, args, key, throttle.params, plain, |ctx, d| {
-                ctx.reply_integers(&cl_throttle_reply(d))
-            });
+            return respond_plain::<Gcra>(
+                &run,
+                token,
+                args,
+                key,
+                throttle.params,
+                plain,
+                |ctx, d| ctx.reply_integers(&cl_throttle_reply(d)),
+            );
         }
     }
-    one_key(&run, args, parsed.map(Request::Throttle))
+    one_key(&run, token, args, parsed.map(Request::Throttle))
 }
 
 command! {
@@ -86,10 +97,10 @@ command! {
     pub fn peek_command => peek_reply;
 }
 
-fn peek_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
+fn peek_reply(ctx: Ctx<'_>, token: &mut KeyToken, args: &Args<'_>) -> Status {
     let request =
         parse::peek(&args.bytes_from(2)).map(|(tier, options)| Request::Check { tier, options });
     // Nothing changes, so nothing is propagated: the replay named is moot.
     let run = Run::live(ctx, Command::All, 1);
-    one_key(&run, args, request)
+    one_key(&run, token, args, request)
 }

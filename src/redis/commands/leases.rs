@@ -2,8 +2,7 @@
 //! `RL.RELEASE key id`.
 
 use super::super::engine::leases::release;
-use super::super::ffi::{command, Args, Ctx, Status};
-use super::super::key::KeyToken;
+use super::super::ffi::{command, Args, Ctx, KeyToken, Status};
 use super::super::replicate::Run;
 use super::super::request::Request;
 use super::super::respond::respond;
@@ -17,13 +16,13 @@ command! {
     pub fn acquire_command => acquire_reply;
 }
 
-fn acquire_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
+fn acquire_reply(ctx: Ctx<'_>, token: &mut KeyToken, args: &Args<'_>) -> Status {
     let run = Run::live(ctx, Command::Acquire, 2);
     match (
         args.key(1),
         Request::parse(Command::Acquire, &args.bytes_from(2), None),
     ) {
-        (Some(key), Ok(request)) => respond(&run, args, request, &[key]),
+        (Some(key), Ok(request)) => respond(&run, token, args, request, &[key]),
         (None, _) => ctx.reply_error(&CommandError::Arity),
         (_, Err(error)) => ctx.reply_error(&error),
     }
@@ -35,19 +34,14 @@ command! {
     pub fn release_command => release_reply;
 }
 
-fn release_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
+fn release_reply(ctx: Ctx<'_>, token: &mut KeyToken, args: &Args<'_>) -> Status {
     let run = Run::live(ctx, Command::Release, 2);
     let result = match args.len() {
-        3 => release(
-            &run,
-            &mut KeyToken::of(ctx),
-            args.key(1),
-            &args.bytes_from(2),
-        ),
+        3 => release(&run, token, args.key(1), &args.bytes_from(2)),
         _ => Err(CommandError::Arity),
     };
     if let (Ok(true), Some(key)) = (&result, args.key(1)) {
-        waiters::freed(ctx, key);
+        waiters::freed(ctx, token, key);
     }
     run.propagate(Some(args), None);
     match result {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::super::ffi::args::OwnedArgs;
 use super::super::ffi::main_thread::MainThreadCell;
-use super::super::ffi::{command, writes_paused, Args, Ctx, KeyName, Status};
+use super::super::ffi::{command, writes_paused, Args, Ctx, KeyName, KeyToken, Status};
 use super::super::replicate::Run;
 use super::super::request::{counter_of, Request};
 use super::super::respond::{respond, respond_by_name, Plain};
@@ -27,7 +27,7 @@ command! {
     pub fn policy_command => policy_reply;
 }
 
-fn policy_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
+fn policy_reply(ctx: Ctx<'_>, token: &mut KeyToken, args: &Args<'_>) -> Status {
     let words = args.bytes_from(1);
     let Some((sub, rest)) = words.split_first() else {
         return ctx.reply_error(&CommandError::Arity);
@@ -53,7 +53,7 @@ fn policy_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
     if result.is_ok() && matches!(&sub[..], b"SET" | b"DEL" | b"ROLLBACK") {
         // Clients waiting on a check by name are decided under the policy
         // as it stands now: at once, not at the turn the old one gave them.
-        waiters::all_changed(ctx, None);
+        waiters::all_changed(ctx, token, None);
     }
     match result {
         Ok(status) => status,
@@ -246,7 +246,7 @@ fn tiers_of(args: &Args<'_>) -> Option<usize> {
     Some(store.get(policy)?.current()?.definition.tiers.len())
 }
 
-fn check_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
+fn check_reply(ctx: Ctx<'_>, token: &mut KeyToken, args: &Args<'_>) -> Status {
     if ctx.is_keys_position_request() {
         // The policy's tiers say how many keys follow its name; a policy
         // this node does not hold has its first key declared (the command
@@ -257,7 +257,7 @@ fn check_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
         }
         return Status;
     }
-    match checked(ctx, args) {
+    match checked(ctx, token, args) {
         Ok(status) => status,
         Err(error) => ctx.reply_error(&error),
     }
@@ -328,14 +328,14 @@ fn looked_up(policy: &[u8]) -> Option<Current> {
 /// `RL.CHECK`, decided under its policy's current version as the memo
 /// lends it (see [`Memo`]); were the memo lent already (nothing a check
 /// runs checks by name), as the store holds it.
-fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
+fn checked(ctx: Ctx<'_>, token: &mut KeyToken, args: &Args<'_>) -> Result<Status, CommandError> {
     let policy = args.bytes(1).ok_or(CommandError::Arity)?;
     MEMO.with(ctx, |memo| match memo.current(policy) {
-        Some(current) => checked_under(ctx, args, policy, current),
+        Some(current) => checked_under(ctx, token, args, policy, current),
         None => Err(no_policy(policy)),
     })
     .unwrap_or_else(|| match looked_up(policy) {
-        Some(current) => checked_under(ctx, args, policy, &current),
+        Some(current) => checked_under(ctx, token, args, policy, &current),
         None => Err(no_policy(policy)),
     })
 }
@@ -343,6 +343,7 @@ fn checked(ctx: Ctx<'_>, args: &Args<'_>) -> Result<Status, CommandError> {
 #[inline(always)]
 fn checked_under(
     ctx: Ctx<'_>,
+    token: &mut KeyToken,
     args: &Args<'_>,
     policy: &[u8],
     current: &Current,
@@ -391,7 +392,9 @@ fn checked_under(
     // needs the migration step first.
     if let ([tier], &[key], false) = (definition.tiers.as_slice(), keys, stamp.is_none()) {
         if let Some(plain) = Plain::of(ctx, key, &options, counter_of(tier)) {
-            if let Some(status) = respond_by_name(&run, args, key, tier, stamp, plain, counters) {
+            if let Some(status) =
+                respond_by_name(&run, token, args, key, tier, stamp, plain, counters)
+            {
                 return Ok(status);
             }
         }
@@ -414,6 +417,7 @@ fn checked_under(
     };
     Ok(respond(
         &run,
+        token,
         waiting_args.as_ref().unwrap_or(args),
         request,
         keys,

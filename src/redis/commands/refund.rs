@@ -2,8 +2,7 @@
 //! grant took and did not spend (`crate::algorithms::partial`).
 
 use super::super::engine::check::refund_tier;
-use super::super::ffi::{command, Args, Ctx, KeyName, Status};
-use super::super::key::KeyToken;
+use super::super::ffi::{command, Args, Ctx, KeyName, KeyToken, Status};
 use super::super::replicate::Run;
 use super::super::waiters;
 use crate::error::CommandError;
@@ -16,14 +15,9 @@ command! {
     pub fn refund_command => refund_reply;
 }
 
-fn refund_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
+fn refund_reply(ctx: Ctx<'_>, token: &mut KeyToken, args: &Args<'_>) -> Status {
     let run = Run::live(ctx, Command::Refund, 2);
-    let result = refund(
-        &run,
-        &mut KeyToken::of(ctx),
-        args.key(1),
-        &args.bytes_from(2),
-    );
+    let result = refund(&run, token, args.key(1), &args.bytes_from(2));
     run.propagate(Some(args), None);
     match result {
         Ok(given) => ctx.reply_integer(given as i64),
@@ -53,7 +47,7 @@ pub fn refund(
         parsed.granted_at_ms,
     )?;
     if given > 0 {
-        waiters::freed(run.ctx, key_name);
+        waiters::freed(run.ctx, token, key_name);
     }
     Ok(given)
 }

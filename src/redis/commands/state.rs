@@ -2,8 +2,8 @@
 //! AOF files receive it) and `RL.INFO` (what it holds, for a person).
 
 use super::super::config::expiry_slack_ms;
-use super::super::ffi::{command, now_ms, Args, Ctx, KeyName, Status};
-use super::super::key::{Key, KeyToken, ReadKey};
+use super::super::ffi::{command, now_ms, Args, Ctx, KeyName, KeyToken, Status};
+use super::super::key::{Key, ReadKey};
 use super::super::types::{horizon, stored_tag, Stored};
 use crate::algorithms::concurrency::Leases;
 use crate::algorithms::expiry::EXPIRY_TIMES;
@@ -27,22 +27,27 @@ command! {
     pub fn set_state_command => set_state_reply;
 }
 
-fn set_state_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
+fn set_state_reply(ctx: Ctx<'_>, token: &mut KeyToken, args: &Args<'_>) -> Status {
     let result = match (args.key(1), args.bytes(2)) {
         (Some(key_name), Some(blob)) => expiry_option(&args.bytes_from(3)).and_then(|expiry| {
-            let set = |penalized| SetState {
+            let unknown = || Err(CommandError::invalid_state("unknown algorithm"));
+            let Some((tag, penalized)) = stored_tag(blob) else {
+                return unknown();
+            };
+            let mut set = SetState {
                 ctx,
+                token,
                 key_name,
                 blob,
                 expiry,
                 penalized,
             };
-            match stored_tag(blob) {
-                Some((tag, true)) => registry::on_algorithm_tag(tag, &mut set(true)),
-                Some((tag, false)) => registry::on_tag(tag, &mut set(false)),
-                None => None,
-            }
-            .unwrap_or_else(|| Err(CommandError::invalid_state("unknown algorithm")))
+            let done = if penalized {
+                registry::on_algorithm_tag(tag, &mut set)
+            } else {
+                registry::on_tag(tag, &mut set)
+            };
+            done.unwrap_or_else(unknown)
         }),
         _ => Err(CommandError::Arity),
     };
@@ -99,6 +104,8 @@ fn expiry_option(words: &[&[u8]]) -> Result<Expiry, CommandError> {
 /// Sets a key to the state `blob` encodes, of the type its tag names.
 struct SetState<'a> {
     ctx: Ctx<'a>,
+    /// The command's token, lent to the key.
+    token: &'a mut KeyToken,
     key_name: KeyName<'a>,
     blob: &'a [u8],
     expiry: Expiry,
@@ -124,11 +131,10 @@ impl EachState for SetState<'_> {
 }
 
 impl SetState<'_> {
-    fn set<A: Stored>(&self) -> Result<(), CommandError> {
+    fn set<A: Stored>(&mut self) -> Result<(), CommandError> {
         let state =
             A::decode(self.blob, horizon()).map_err(|e| CommandError::invalid_state(e.0))?;
-        let mut token = KeyToken::of(self.ctx);
-        let mut key = Key::write(&mut token, self.ctx, self.key_name);
+        let mut key = Key::write(self.token, self.ctx, self.key_name);
         let fresh_at_ms = state.fresh_at_ms();
         key.put(state)?;
         self.ctx.signal_modified(self.key_name);
@@ -155,12 +161,11 @@ command! {
     pub fn info_command => info_reply;
 }
 
-fn info_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
+fn info_reply(ctx: Ctx<'_>, token: &mut KeyToken, args: &Args<'_>) -> Status {
     let Some(key_name) = args.key(1).filter(|_| args.len() == 2) else {
         return ctx.reply_error(&CommandError::Arity);
     };
-    let mut token = KeyToken::of(ctx);
-    let key = Key::read(&mut token, ctx, key_name);
+    let key = Key::read(token, ctx, key_name);
     let mut describe = Describe {
         key: &key,
         now_ms: now_ms(),

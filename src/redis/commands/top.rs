@@ -2,7 +2,7 @@
 //! often on this server, from its sketch (`super::super::sketch`).
 
 use super::super::command_info::{integer, pure_token, Doc, FIRST_RELEASE, NO_KEYS};
-use super::super::ffi::{command, Args, Command, Ctx, Status};
+use super::super::ffi::{command, Args, Command, Ctx, KeyToken, Status};
 use super::super::sketch;
 use crate::parse::{self, TopArgs};
 
@@ -11,7 +11,7 @@ command! {
     pub fn top_command => top_reply;
 }
 
-fn top_reply(ctx: Ctx<'_>, args: &Args<'_>) -> Status {
+fn top_reply(ctx: Ctx<'_>, _token: &mut KeyToken, args: &Args<'_>) -> Status {
     match parse::top(&args.bytes_from(1)) {
         Err(error) => ctx.reply_error(&error),
         Ok(TopArgs::Reset) => {

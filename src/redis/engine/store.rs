@@ -54,7 +54,7 @@ pub trait Store {
 impl<'a> Store for Run<'a> {
     type Name = KeyName<'a>;
     type Raw<'s>
-        = OpenKey<'a>
+        = OpenKey<'s>
     where
         Self: 's;
 
@@ -71,8 +71,8 @@ impl<'a> Store for Run<'a> {
         &'k self,
         token: &'k mut KeyToken,
         name: KeyName<'a>,
-    ) -> Key<'k, Read, OpenKey<'a>> {
-        Key::made_of(token, OpenKey::open(self.ctx, name, false))
+    ) -> Key<'k, Read, OpenKey<'k>> {
+        Key::opened(OpenKey::open(token, self.ctx, name, false))
     }
 
     #[inline]
@@ -80,8 +80,8 @@ impl<'a> Store for Run<'a> {
         &'k self,
         token: &'k mut KeyToken,
         name: KeyName<'a>,
-    ) -> Key<'k, Write, OpenKey<'a>> {
-        Key::made_of(token, OpenKey::open(self.ctx, name, true))
+    ) -> Key<'k, Write, OpenKey<'k>> {
+        Key::opened(OpenKey::open(token, self.ctx, name, true))
     }
 
     fn out_of_memory(&self) -> Result<(), CommandError> {

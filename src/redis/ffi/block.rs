@@ -26,7 +26,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use redis_module::raw;
 
 use super::api::rm;
-use super::ctx::{Ctx, Status};
+use super::ctx::{Ctx, KeyToken, Status};
 
 /// What a kind of waiting client is told and does, from Redis's callbacks.
 pub trait Waiting: 'static {
@@ -37,12 +37,14 @@ pub trait Waiting: 'static {
     /// unblocked with none).
     fn reply(ctx: Ctx<'_>, reply: Option<&Self::Reply>) -> Status;
 
-    /// `CLIENT UNBLOCK` ended waiter `id`'s wait: reply to it now, in `ctx`.
-    fn unblocked(ctx: Ctx<'_>, id: u64) -> Status;
+    /// `CLIENT UNBLOCK` ended waiter `id`'s wait: reply to it now, in `ctx`,
+    /// the call's `token` lent to the keys it opens.
+    fn unblocked(ctx: Ctx<'_>, token: &mut KeyToken, id: u64) -> Status;
 
     /// Waiter `id`'s client went away (or was killed, or was answered by the
-    /// server itself): nothing is replied.
-    fn disconnected(ctx: Ctx<'_>, id: u64);
+    /// server itself): nothing is replied. The call's `token` is lent to
+    /// the keys it opens (the waiters its leaving lets go).
+    fn disconnected(ctx: Ctx<'_>, token: &mut KeyToken, id: u64);
 }
 
 /// The handles of the clients blocked now, by waiter id and by address.
@@ -173,7 +175,7 @@ unsafe extern "C" fn timeout_callback<W: Waiting>(
     let handle = unsafe { rm!(RedisModule_GetBlockedClientHandle)(ctx.raw()) };
     match take_by_handle(handle) {
         Some(id) => {
-            W::unblocked(ctx, id);
+            W::unblocked(ctx, &mut KeyToken::new(), id);
             // SAFETY: a client this module blocked, just taken out of the
             // room: this is the one call that ends it.
             unsafe { rm!(RedisModule_UnblockClient)(handle, std::ptr::null_mut()) };
@@ -197,14 +199,15 @@ unsafe extern "C" fn disconnected<W: Waiting>(
     };
     // SAFETY: the context Redis gives this callback.
     let ctx = unsafe { Ctx::new(ctx) };
-    W::disconnected(ctx, id);
+    W::disconnected(ctx, &mut KeyToken::new(), id);
     // SAFETY: as in `timeout_callback`.
     unsafe { rm!(RedisModule_UnblockClient)(handle, std::ptr::null_mut()) };
 }
 
-/// What a timer carries, and what it does when it fires.
+/// What a timer carries, and what it does when it fires (in `ctx`, the
+/// call's `token` lent to the keys it opens).
 pub trait Timer: Sized + 'static {
-    fn fire(self, ctx: Ctx<'_>);
+    fn fire(self, ctx: Ctx<'_>, token: &mut KeyToken);
 }
 
 /// A timer of the module, carrying a `T`.
@@ -257,5 +260,5 @@ unsafe extern "C" fn fired<T: Timer>(ctx: *mut raw::RedisModuleCtx, data: *mut c
     let data = unsafe { Box::from_raw(data.cast::<T>()) };
     // SAFETY: the timer's context, live for this call.
     let ctx = unsafe { Ctx::new(ctx) };
-    data.fire(ctx);
+    data.fire(ctx, &mut KeyToken::new());
 }

@@ -1,6 +1,7 @@
 //! The context of a command or callback ([`Ctx`]), its replies and the
-//! few calls about the running command; and the one place Redis calls a
-//! command ([`run`], through [`command!`](macro@super::command)).
+//! few calls about the running command; the one place Redis calls a
+//! command ([`run`], through [`command!`](macro@super::command)); and the
+//! token a call lends to every key it opens ([`KeyToken`]).
 
 use std::ffi::{c_int, c_long, c_longlong, CStr, CString};
 use std::marker::PhantomData;
@@ -44,7 +45,8 @@ pub fn track_role(replica: Option<bool>) {
 }
 
 /// Makes the `extern "C"` function Redis calls for a command from its body,
-/// a safe function of the running command's context and arguments:
+/// a safe function of the running command's context, its [`KeyToken`] and
+/// its arguments:
 /// `command!(pub fn all_command => all_reply);`, or, generic over one type,
 /// `command!(pub fn check_command<A: Checked> => check_reply::<A>);`. Every
 /// command's function is made here, so none handles a raw pointer.
@@ -71,8 +73,9 @@ pub type Handler = unsafe extern "C" fn(
     c_int,
 ) -> c_int;
 
-/// Runs a command's body on typed handles. Every `extern "C"` command
-/// function is one call of this ([`command!`]).
+/// Runs a command's body on typed handles, lending it the command's one
+/// [`KeyToken`]. Every `extern "C"` command function is one call of this
+/// ([`command!`]).
 ///
 /// # Safety
 /// `ctx`, `argv` and `argc` must be those Redis passed to the running command.
@@ -80,12 +83,49 @@ pub unsafe fn run(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
-    body: fn(Ctx<'_>, &Args<'_>) -> Status,
+    body: fn(Ctx<'_>, &mut KeyToken, &Args<'_>) -> Status,
 ) -> c_int {
     // SAFETY: per this function's contract.
     let (ctx, args) = unsafe { (Ctx::new(ctx), Args::new(argv, argc)) };
-    body(ctx, &args);
+    body(ctx, &mut KeyToken::new(), &args);
     raw::REDISMODULE_OK as c_int
+}
+
+/// The right to have one key open: opening a key (`crate::redis::key`)
+/// borrows the token mutably until the key is closed (dropped), so a
+/// second key opened while one is open, for reading or writing, of the
+/// same name or another, does not compile (E0499). Key names are run-time
+/// values, so types cannot tell two opens of one name from opens of two
+/// names; they forbid both, and the engine needs no more (`RL.ALL` plans,
+/// takes and settles its tiers one after another). Two opens of one name
+/// would lend its state twice (two `&mut`, or a `&` beside a `&mut`).
+/// Nothing at run time: a token has no bytes.
+///
+/// Made only here, in the FFI room, one for each call of Redis into the
+/// module that may open keys: a command ([`run`]), the waiters' timer and
+/// a blocked client's `CLIENT UNBLOCK` and disconnect callbacks
+/// (`super::block`), the flush and swap events (`super::server`) and a
+/// key's removal (`super::types`). Each lends its one token down to every
+/// place that opens a key; code outside this room cannot make one (its
+/// constructor is the room's), so a command cannot have two.
+pub struct KeyToken {
+    /// Private: no token is made outside this room.
+    _private: (),
+}
+
+impl KeyToken {
+    /// The token of one call of Redis into the module, made where the
+    /// call enters (see [`KeyToken`]).
+    #[inline(always)]
+    pub(super) fn new() -> Self {
+        KeyToken { _private: () }
+    }
+
+    /// A token for the engine's unit tests, whose keys live in memory.
+    #[cfg(test)]
+    pub(crate) fn in_memory() -> Self {
+        KeyToken { _private: () }
+    }
 }
 
 /// What a command body returns: the reply was sent.

@@ -10,7 +10,7 @@ use redis_module::raw;
 
 use super::api::rm;
 use super::args::KeyName;
-use super::ctx::Ctx;
+use super::ctx::{Ctx, KeyToken};
 use super::types::TypedValue;
 
 /// What a key holds, of a value type `A` and its other form `S` (the same
@@ -23,7 +23,9 @@ pub enum Holds<A, S> {
     Other,
 }
 
-/// A key opened for one command (`'a`), closed when dropped.
+/// A key opened for one command (`'a`), closed when dropped. It holds the
+/// call's [`KeyToken`], lent mutably, while it is open: no second key is
+/// opened beside it (see [`KeyToken`]).
 pub struct OpenKey<'a> {
     ptr: *mut raw::RedisModuleKey,
     /// The module type and value the key was last seen holding, kept until
@@ -31,13 +33,14 @@ pub struct OpenKey<'a> {
     /// that reads the key's form twice (by a policy's name: its stamp, then
     /// the decision) asks Redis once.
     seen: Cell<Option<(*mut raw::RedisModuleType, *mut c_void)>>,
-    life: PhantomData<Ctx<'a>>,
+    life: PhantomData<(Ctx<'a>, &'a mut KeyToken)>,
 }
 
 impl<'a> OpenKey<'a> {
-    /// Opens `name` for reading, or for reading and writing. Opening does not
-    /// create the key; setting a value does.
-    pub fn open(ctx: Ctx<'a>, name: KeyName<'a>, write: bool) -> Self {
+    /// Opens `name` for reading, or for reading and writing, the call's
+    /// `token` lent to the key. Opening does not create the key; setting a
+    /// value does.
+    pub fn open(_token: &'a mut KeyToken, ctx: Ctx<'a>, name: KeyName<'a>, write: bool) -> Self {
         let mode = if write {
             raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
         } else {

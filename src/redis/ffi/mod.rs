@@ -5,7 +5,8 @@
 //!
 //! - [`alloc`]: the module's global allocator;
 //! - [`api`]: the table of API functions, checked at load time;
-//! - [`ctx`]: the running command's context and replies;
+//! - [`ctx`]: the running command's context and replies, and the token
+//!   each call lends to the keys it opens;
 //! - [`args`]: its arguments and key names;
 //! - [`block`]: blocked clients and timers;
 //! - [`cluster`]: which node of a Redis Cluster serves a key's slot;
@@ -37,7 +38,7 @@ pub use api::missing_apis;
 pub use args::{Args, KeyName, Words};
 pub use commands::Command;
 pub(crate) use ctx::command;
-pub use ctx::{Ctx, Handler, Status};
+pub use ctx::{Ctx, Handler, KeyToken, Status};
 pub use server::{
     config_get, db_size, detached, info_keyspace, init_detached, now_ms, on_config_change,
     on_flush, on_swap, random_hex, writes_paused,

@@ -10,7 +10,7 @@ use redis_module::raw;
 
 use super::api::rm;
 use super::args::string_bytes;
-use super::ctx::{track_role, Ctx};
+use super::ctx::{track_role, Ctx, KeyToken};
 
 /// The server's clock, in Unix milliseconds.
 pub fn now_ms() -> i64 {
@@ -140,8 +140,8 @@ unsafe extern "C" fn forked(
         f(unsafe { Ctx::new(ctx) });
     }
 }
-static FLUSHED: OnceLock<fn(Ctx<'_>, Option<c_int>)> = OnceLock::new();
-static SWAPPED: OnceLock<fn(Ctx<'_>, c_int, c_int)> = OnceLock::new();
+static FLUSHED: OnceLock<fn(Ctx<'_>, &mut KeyToken, Option<c_int>)> = OnceLock::new();
+static SWAPPED: OnceLock<fn(Ctx<'_>, &mut KeyToken, c_int, c_int)> = OnceLock::new();
 
 /// Calls `f` after each change of the server's configuration (at load
 /// time). False when the server has no such event (older servers).
@@ -151,14 +151,15 @@ pub fn on_config_change(ctx: Ctx<'_>, f: fn()) -> bool {
 }
 
 /// Calls `f` after each `FLUSHDB` (with its database) or `FLUSHALL`
-/// (`None`), at load time.
-pub fn on_flush(ctx: Ctx<'_>, f: fn(Ctx<'_>, Option<c_int>)) -> bool {
+/// (`None`), at load time, lending it the call's [`KeyToken`].
+pub fn on_flush(ctx: Ctx<'_>, f: fn(Ctx<'_>, &mut KeyToken, Option<c_int>)) -> bool {
     let _ = FLUSHED.set(f);
     subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FLUSHDB, flushed)
 }
 
-/// Calls `f` with the two databases of each `SWAPDB` (at load time).
-pub fn on_swap(ctx: Ctx<'_>, f: fn(Ctx<'_>, c_int, c_int)) -> bool {
+/// Calls `f` with the two databases of each `SWAPDB` (at load time),
+/// lending it the call's [`KeyToken`].
+pub fn on_swap(ctx: Ctx<'_>, f: fn(Ctx<'_>, &mut KeyToken, c_int, c_int)) -> bool {
     let _ = SWAPPED.set(f);
     subscribe_server_event(ctx, raw::REDISMODULE_EVENT_SWAPDB, swapped)
 }
@@ -190,7 +191,11 @@ unsafe extern "C" fn flushed(
     // SAFETY: the event's context, live for this call.
     let ctx = unsafe { Ctx::new(ctx) };
     if let Some(f) = FLUSHED.get() {
-        f(ctx, (info.dbnum >= 0).then_some(info.dbnum));
+        f(
+            ctx,
+            &mut KeyToken::new(),
+            (info.dbnum >= 0).then_some(info.dbnum),
+        );
     }
 }
 
@@ -207,7 +212,12 @@ unsafe extern "C" fn swapped(
     // SAFETY: the event's context, live for this call.
     let ctx = unsafe { Ctx::new(ctx) };
     if let Some(f) = SWAPPED.get() {
-        f(ctx, info.dbnum_first, info.dbnum_second);
+        f(
+            ctx,
+            &mut KeyToken::new(),
+            info.dbnum_first,
+            info.dbnum_second,
+        );
     }
 }
 

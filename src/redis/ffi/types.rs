@@ -15,7 +15,7 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::api::{buffer_ptr, rm};
-use super::ctx::Ctx;
+use super::ctx::{Ctx, KeyToken};
 use super::server::now_ms;
 use super::server::opt_ctx_key;
 use crate::algorithms::penalty::Penalized;
@@ -361,8 +361,9 @@ unsafe extern "C" fn digest<A: State>(md: *mut raw::RedisModuleDigest, value: *m
 /// leaves the keyspace (see [`on_removed`]).
 static REMOVED: OnceLock<(fn() -> bool, Removed)> = OnceLock::new();
 
-/// Told the database and name of a key that left.
-pub type Removed = fn(c_int, &[u8]);
+/// Told the database and name of a key that left, lent the call's
+/// [`KeyToken`] for the keys it opens (the waiters its leaving lets go).
+pub type Removed = fn(&mut KeyToken, c_int, &[u8]);
 
 /// Has `removed` told of each key of ours that leaves the keyspace while
 /// `wanted` says so (at load time: `super::super::waiters` decides its
@@ -383,7 +384,7 @@ unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const 
     }
     // SAFETY: Redis passes the option context of this call.
     let (db, key) = unsafe { opt_ctx_key(ctx) };
-    removed(db, &key);
+    removed(&mut KeyToken::new(), db, &key);
 }
 
 /// How much freeing a value frees (`State::free_effort`): above 64, Redis

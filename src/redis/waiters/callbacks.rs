@@ -7,7 +7,7 @@
 //! functions, only the types they belong to ([`Wake`], [`Waiters`]).
 
 use super::super::ffi::block::{Timer, Waiting};
-use super::super::ffi::{Ctx, Status};
+use super::super::ffi::{Ctx, KeyToken, Status};
 use super::events::{apply, take_pending, tell, Event};
 use super::room::with_room;
 use super::serving::timed_out_answer;
@@ -18,10 +18,10 @@ use crate::wait::WaiterId;
 /// The room's timer: the events kept aside first, in order, then the
 /// room's own wake-up (deadlines, due queues).
 impl Timer for Wake {
-    fn fire(self, ctx: Ctx<'_>) {
+    fn fire(self, ctx: Ctx<'_>, token: &mut KeyToken) {
         fired();
         let pending = take_pending();
-        with_room(ctx, |room, server| {
+        with_room(ctx, token, |room, server| {
             for event in &pending {
                 apply(room, server, event);
             }
@@ -43,16 +43,16 @@ impl Waiting for Waiters {
     }
 
     /// `CLIENT UNBLOCK`: the wait ends now, answered as timed out.
-    fn unblocked(ctx: Ctx<'_>, id: u64) -> Status {
-        let left = with_room(ctx, |room, server| room.leave(server, WaiterId(id)));
+    fn unblocked(ctx: Ctx<'_>, token: &mut KeyToken, id: u64) -> Status {
+        let left = with_room(ctx, token, |room, server| room.leave(server, WaiterId(id)));
         match left {
-            Some(Some(waiter)) => match timed_out_answer(ctx, &waiter) {
+            Some(Some(waiter)) => match timed_out_answer(ctx, token, &waiter) {
                 Ok(outcome) => outcome.reply(ctx),
                 Err(error) => ctx.reply_error(&error),
             },
             Some(None) => ctx.reply_null(),
             None => {
-                tell(ctx, Event::Left(WaiterId(id)));
+                tell(ctx, token, Event::Left(WaiterId(id)));
                 ctx.reply_null()
             }
         }
@@ -60,7 +60,7 @@ impl Waiting for Waiters {
 
     /// The client went away (or was killed, or the server answered it): it
     /// took nothing, and leaves.
-    fn disconnected(ctx: Ctx<'_>, id: u64) {
-        tell(ctx, Event::Left(WaiterId(id)));
+    fn disconnected(ctx: Ctx<'_>, token: &mut KeyToken, id: u64) {
+        tell(ctx, token, Event::Left(WaiterId(id)));
     }
 }

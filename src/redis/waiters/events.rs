@@ -12,7 +12,7 @@ use std::cell::RefCell;
 use std::ffi::c_int;
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::super::ffi::{detached, now_ms, Ctx, KeyName};
+use super::super::ffi::{detached, now_ms, Ctx, KeyName, KeyToken};
 use super::super::key::writing_own;
 use super::super::stats::WAITING;
 use super::room::with_room;
@@ -33,10 +33,10 @@ thread_local! {
     static PENDING: RefCell<Vec<Event>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Gives `event` to the room now, or at its next wake-up (at once) when it
-/// is busy.
-pub fn tell(ctx: Ctx<'_>, event: Event) {
-    let told = with_room(ctx, |room, server| apply(room, server, &event));
+/// Gives `event` to the room now (the call's `token` lent to the keys its
+/// waiters' turns open), or at its next wake-up (at once) when it is busy.
+pub fn tell(ctx: Ctx<'_>, token: &mut KeyToken, event: Event) {
+    let told = with_room(ctx, token, |room, server| apply(room, server, &event));
     if told.is_none() {
         PENDING.with(|pending| pending.borrow_mut().push(event));
         set_timer(ctx, now_ms());
@@ -59,9 +59,13 @@ pub fn take_pending() -> Vec<Event> {
 
 /// Something freed room on `key` (a lease given back, a state set): its
 /// waiters are served at once.
-pub fn freed(ctx: Ctx<'_>, key: KeyName<'_>) {
+pub fn freed(ctx: Ctx<'_>, token: &mut KeyToken, key: KeyName<'_>) {
     if WAITING.load(Relaxed) > 0 {
-        tell(ctx, Event::Changed(ctx.selected_db(), key.bytes().into()));
+        tell(
+            ctx,
+            token,
+            Event::Changed(ctx.selected_db(), key.bytes().into()),
+        );
     }
 }
 
@@ -69,19 +73,19 @@ pub fn freed(ctx: Ctx<'_>, key: KeyName<'_>) {
 /// renamed or moved away): its waiters are decided at once against what it
 /// holds now. Called from the type's `unlink` callback, which has no
 /// context of its own and runs inside whatever removed the key.
-pub fn removed(db: c_int, key: &[u8]) {
+pub fn removed(token: &mut KeyToken, db: c_int, key: &[u8]) {
     if WAITING.load(Relaxed) == 0 || writing_own() {
         return;
     }
     if let Some(ctx) = detached() {
-        tell(ctx, Event::Changed(db, key.into()));
+        tell(ctx, token, Event::Changed(db, key.into()));
     }
 }
 
 /// Every key of `db` (all databases when `None`) changed at once (`FLUSHDB`,
 /// `FLUSHALL`, `SWAPDB`): their waiters are decided at once.
-pub fn all_changed(ctx: Ctx<'_>, db: Option<c_int>) {
+pub fn all_changed(ctx: Ctx<'_>, token: &mut KeyToken, db: Option<c_int>) {
     if WAITING.load(Relaxed) > 0 {
-        tell(ctx, Event::ChangedAll(db));
+        tell(ctx, token, Event::ChangedAll(db));
     }
 }

@@ -38,7 +38,7 @@ use std::ffi::c_int;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::ffi::types::on_removed;
-use super::ffi::{init_detached, on_flush, on_swap, Ctx};
+use super::ffi::{init_detached, on_flush, on_swap, Ctx, KeyToken};
 use super::stats::WAITING;
 
 pub use events::{all_changed, freed, removed};
@@ -53,12 +53,12 @@ pub fn init(ctx: Ctx<'_>) -> bool {
 }
 
 /// `FLUSHDB` (its database) or `FLUSHALL` (`None`).
-fn flushed(ctx: Ctx<'_>, db: Option<c_int>) {
-    all_changed(ctx, db);
+fn flushed(ctx: Ctx<'_>, token: &mut KeyToken, db: Option<c_int>) {
+    all_changed(ctx, token, db);
 }
 
 /// `SWAPDB first second`.
-fn swapped(ctx: Ctx<'_>, first: c_int, second: c_int) {
-    all_changed(ctx, Some(first));
-    all_changed(ctx, Some(second));
+fn swapped(ctx: Ctx<'_>, token: &mut KeyToken, first: c_int, second: c_int) {
+    all_changed(ctx, token, Some(first));
+    all_changed(ctx, token, Some(second));
 }

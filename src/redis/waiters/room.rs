@@ -9,7 +9,7 @@ use std::cell::RefCell;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::super::ffi::block;
-use super::super::ffi::{now_ms, Args, Ctx, KeyName, Status};
+use super::super::ffi::{now_ms, Args, Ctx, KeyName, KeyToken, Status};
 use super::super::request::Request;
 use super::super::stats::WAITING;
 use super::serving::Server;
@@ -22,15 +22,17 @@ thread_local! {
     static ROOM: RefCell<WaitRoom<Parked>> = RefCell::new(WaitRoom::default());
 }
 
-/// Runs `f` on the room with the server as its host; `None` when the room
-/// is busy (a call from inside one of its own).
+/// Runs `f` on the room with the server as its host, the call's `token`
+/// lent to the keys its waiters' turns open; `None` when the room is busy
+/// (a call from inside one of its own).
 pub fn with_room<R>(
     ctx: Ctx<'_>,
+    token: &mut KeyToken,
     f: impl FnOnce(&mut WaitRoom<Parked>, &mut Server<'_>) -> R,
 ) -> Option<R> {
     let done = ROOM.with(|room| {
         let mut room = room.try_borrow_mut().ok()?;
-        let mut server = Server::new(ctx);
+        let mut server = Server::new(ctx, token);
         let result = f(&mut room, &mut server);
         WAITING.store(room.len(), Relaxed);
         Some(result)
@@ -85,6 +87,7 @@ pub fn next_turn_ms(ctx: Ctx<'_>, keys: &[KeyName<'_>]) -> i64 {
 /// others). No reply now: it comes when the wait ends.
 pub fn wait(
     ctx: Ctx<'_>,
+    token: &mut KeyToken,
     args: &Args<'_>,
     request: Request,
     keys: &[KeyName<'_>],
@@ -107,7 +110,7 @@ pub fn wait(
     let keys: Vec<Box<[u8]>> = keys.iter().map(|key| key.bytes().into()).collect();
     let deadline = (block_ms > 0)
         .then(|| now_ms().saturating_add(i64::try_from(block_ms).unwrap_or(i64::MAX)));
-    let arrived = with_room(ctx, |room, server| {
+    let arrived = with_room(ctx, token, |room, server| {
         if !block::block::<Waiters>(ctx, room.next_id().0) {
             return false;
         }

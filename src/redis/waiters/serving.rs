@@ -30,16 +30,19 @@ use crate::policies;
 use crate::wait::{Host, Turn, Waiter};
 use std::sync::Arc;
 
-/// The server, as the room's host, for one call.
+/// The server, as the room's host, for one call: its context, and the
+/// call's token, lent to the keys a waiter's turn opens.
 pub struct Server<'a> {
     ctx: Ctx<'a>,
+    token: &'a mut KeyToken,
     hold: Hold,
 }
 
 impl<'a> Server<'a> {
-    pub fn new(ctx: Ctx<'a>) -> Self {
+    pub fn new(ctx: Ctx<'a>, token: &'a mut KeyToken) -> Self {
         Self {
             ctx,
+            token,
             hold: Hold::now(),
         }
     }
@@ -77,13 +80,7 @@ impl Host<Parked> for Server<'_> {
         let parked = followed.as_ref().unwrap_or(&waiter.request);
         let (command, glue_at) = parked.request.replayed_as();
         let run = Run::woken(ctx, command, glue_at, &parked.words);
-        let decided = decide(
-            &run,
-            &mut KeyToken::of(ctx),
-            &parked.request,
-            &keys,
-            Mode::Take,
-        );
+        let decided = decide(&run, self.token, &parked.request, &keys, Mode::Take);
         run.propagate(None, parked.request.drawn_id());
         match decided {
             Ok(outcome) if outcome.decision().allowed => {
@@ -104,7 +101,7 @@ impl Host<Parked> for Server<'_> {
 
     fn timed_out(&mut self, waiter: &Waiter<Parked>) -> Answer {
         self.ctx.select_db(waiter.db);
-        timed_out_answer(self.ctx, waiter)
+        timed_out_answer(self.ctx, self.token, waiter)
     }
 
     fn answer(&mut self, waiter: Waiter<Parked>, answer: Answer) {
@@ -119,7 +116,7 @@ impl Host<Parked> for Server<'_> {
 /// The answer of a waiter whose wait ended before its turn: denied, from
 /// the state as it is now, nothing taken; counted and announced as a
 /// denial.
-pub fn timed_out_answer(ctx: Ctx<'_>, waiter: &Waiter<Parked>) -> Answer {
+pub fn timed_out_answer(ctx: Ctx<'_>, token: &mut KeyToken, waiter: &Waiter<Parked>) -> Answer {
     WAITS_TIMED_OUT.fetch_add(1, Relaxed);
     let names = OwnedNames::new(&waiter.keys);
     let keys = names.key_names();
@@ -130,7 +127,7 @@ pub fn timed_out_answer(ctx: Ctx<'_>, waiter: &Waiter<Parked>) -> Answer {
     let request = &followed.as_ref().unwrap_or(&waiter.request).request;
     let (command, glue_at) = request.replayed_as();
     let run = Run::live(ctx, command, glue_at);
-    let outcome = decide(&run, &mut KeyToken::of(ctx), request, &keys, Mode::Peek)?.denied(1);
+    let outcome = decide(&run, token, request, &keys, Mode::Peek)?.denied(1);
     tally(ctx, request, &keys, &outcome);
     Ok(outcome)
 }
