@@ -613,3 +613,57 @@ fn setstate_names_a_repeated_or_conflicting_expiry_option() {
         assert_eq!(expiry_time(&mut con, "s"), expiry, "{options:?}");
     }
 }
+
+/// A check takes the parameters of its own words, whatever the checks
+/// before it said: the module keeps the parameters the last check of each
+/// algorithm read, with their words, and skips the parsing when the words
+/// are the same (`src/redis/commands/params.rs`). Words that differ in a
+/// byte, in length, in either word or in number, a refused word between
+/// them, and the same parameters written otherwise: each reply's limit and
+/// reset (its second and fifth numbers; a bucket's reset after one request
+/// is one token's refill) are those of its own words, on a new key each
+/// time.
+#[test]
+fn each_check_reads_the_parameters_of_its_own_words() {
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    // Command, parameters, limit, reset (None: the window's position says).
+    let cases: &[(&str, &[&str], i64, Option<i64>)] = &[
+        ("RL.TOKENBUCKET", &["5", "1"], 5, Some(1000)),
+        ("RL.TOKENBUCKET", &["7", "1"], 7, Some(1000)),
+        ("RL.TOKENBUCKET", &["5", "1"], 5, Some(1000)),
+        ("RL.TOKENBUCKET", &["5", "11"], 5, Some(91)),
+        ("RL.TOKENBUCKET", &["51", "1"], 51, Some(1000)),
+        ("RL.TOKENBUCKET", &["5", "1", "COST", "2"], 5, Some(2000)),
+        ("RL.TOKENBUCKET", &["05", "1.0"], 5, Some(1000)),
+        ("RL.TOKENBUCKET", &["5", "10"], 5, Some(100)),
+        ("RL.SLIDINGCOUNTER", &["5", "1"], 5, None),
+        ("RL.SLIDINGCOUNTER", &["5", "1", "PRECISION", "4"], 5, None),
+        ("RL.SLIDINGCOUNTER", &["9", "1"], 9, None),
+        ("RL.GCRA", &["4", "1", "1s"], 5, Some(1000)),
+        ("RL.GCRA", &["4", "1", "1m"], 5, Some(60_000)),
+        ("RL.GCRA", &["40", "1", "1m"], 41, Some(60_000)),
+        ("RL.TOKENBUCKET", &["5", "10"], 5, Some(100)),
+    ];
+    for (i, (command, params, limit, reset)) in cases.iter().enumerate() {
+        let key = format!("own:{i}");
+        let mut words = vec![*command, key.as_str()];
+        words.extend_from_slice(params);
+        let reply = check(&mut con, &words);
+        assert_eq!(reply[1], *limit, "{words:?}: {reply:?}");
+        if let Some(reset) = reset {
+            assert_eq!(reply[4], *reset, "{words:?}: {reply:?}");
+        }
+        let refused = redis::cmd(command)
+            .arg(format!("bad:{i}"))
+            .arg(params[0])
+            .arg("x")
+            .query::<redis::Value>(&mut con);
+        assert!(refused.is_err(), "{command} {} x: {refused:?}", params[0]);
+    }
+    // After a refusal, the words before it again.
+    assert_eq!(
+        check(&mut con, &["RL.TOKENBUCKET", "again", "5", "1"])[4],
+        1000
+    );
+}

@@ -93,6 +93,14 @@ macro_rules! registered {
             fn into_tier(self) -> Tier {
                 Tier::$ty(self)
             }
+            #[inline]
+            fn of_tier(tier: Tier) -> Option<Self> {
+                match tier {
+                    Tier::$ty(params) => Some(params),
+                    #[allow(unreachable_patterns)]
+                    _ => None,
+                }
+            }
         })*
         $(impl super::Registered for super::$omodule::$oty {
             const TAG: u8 = $otag;
@@ -247,6 +255,8 @@ pub trait OnTier {
 pub trait IntoTier: Copy + 'static {
     type Algorithm: Listed<Params = Self>;
     fn into_tier(self) -> Tier;
+    /// The parameters of a tier of this algorithm; `None` for another's.
+    fn of_tier(tier: Tier) -> Option<Self>;
 }
 
 /// Fails the build when two lines share a tag or a type name, a tag is not

@@ -11,6 +11,7 @@ use super::super::request::Request;
 use super::super::respond::{respond, respond_plain, Plain};
 use super::super::stats;
 use super::super::waiters;
+use super::params;
 use crate::algorithms::gcra::Gcra;
 use crate::algorithms::Mode;
 use crate::error::CommandError;
@@ -27,7 +28,7 @@ fn check_reply<A: Checked>(ctx: Ctx<'_>, token: &mut KeyToken, args: &Args<'_>) 
     let run = Run::live(ctx, Command::Check(A::TAG), 2);
     let mut words = Words::none();
     args.fill_from(2, &mut words);
-    let parsed = parse::check_args::<A::Params>(&words);
+    let parsed = params::check_args::<A::Params>(ctx, &words);
     // The plain check (no PEEK, BLOCK or UPTO, no waiter before it): its
     // straight path, which knows its algorithm.
     if let (Some(key), Ok((params, options))) = (args.key(1), &parsed) {

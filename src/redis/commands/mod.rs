@@ -7,6 +7,7 @@ mod all;
 mod apply;
 mod check;
 mod leases;
+mod params;
 mod policy;
 mod refund;
 mod state;
