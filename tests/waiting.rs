@@ -308,3 +308,65 @@ fn a_backlog_of_five_thousand_due_waiters_is_served_in_slices_letting_others_in(
         "no client got in while {n} waiters were served"
     );
 }
+
+/// A waited key that expired while the event loop was late (`DEBUG SLEEP`
+/// past both the key's expiry and its waiter's turn; no slack, so the
+/// expiry is the turn), found expired by another command of the module's
+/// read in the same turn, before the waiter's timer: Redis deletes it as
+/// that command opens it, inside the open, and tells the module (the
+/// type's `unlink`), which keeps the news for the waiters' wake-up and
+/// opens nothing there (a debug build, the tests', stops the server on any
+/// key opened while another is open). For each command read in that turn:
+/// it is answered, a check beside the waiter is denied (the waiter is
+/// first), the waiter is allowed exactly once, and the key holds its take.
+#[test]
+#[serial]
+fn a_waited_key_found_expired_by_another_command_is_decided_after_it() {
+    let server = Server::start(&["--ratelimit.expiry-slack", "0"]);
+    let mut con = server.connect();
+    run(&mut con, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]).unwrap();
+    let others: &[&[&str]] = &[
+        &["RL.TOKENBUCKET", "{k}", "1", "1"],
+        &["RL.TOKENBUCKET", "{k}", "1", "1", "PEEK"],
+        &["RL.TOKENBUCKET", "{k}", "1", "1", "BLOCK", "100"],
+        &["RL.INFO", "{k}"],
+        &["RL.ALL", "1", "{k}", "TOKENBUCKET", "1", "1"],
+    ];
+    for (i, other) in others.iter().enumerate() {
+        let key = format!("found:{i}");
+        let words: Vec<&str> = other
+            .iter()
+            .map(|w| if *w == "{k}" { key.as_str() } else { w })
+            .collect();
+        assert_eq!(check(&mut con, &["RL.TOKENBUCKET", &key, "1", "1"])[0], 1);
+        let port = server.port;
+        let waited = key.clone();
+        let waiter = thread::spawn(move || {
+            let mut con = connect_port(port).unwrap();
+            let words = ["RL.TOKENBUCKET", &waited, "1", "1", "BLOCK", "5000"];
+            ints(&run(&mut con, &words).unwrap())
+        });
+        wait_for("the waiter to block", Duration::from_secs(5), || {
+            info_count(&mut con, "blocked_clients") == 1
+        });
+        // The sleep and the other command in one read: both run before the
+        // waiter's timer, the command after the key's expiry.
+        let mut pipe = redis::pipe();
+        pipe.cmd("DEBUG").arg("SLEEP").arg("1.2");
+        let mut cmd = redis::cmd(words[0]);
+        cmd.arg(&words[1..]);
+        pipe.add_command(cmd);
+        let replies: Vec<Value> = pipe.query(&mut con).expect("the server stopped");
+        let waited = waiter.join().unwrap();
+        assert_eq!(waited[0], 1, "{words:?}: the waiter {waited:?}");
+        if words[0] == "RL.TOKENBUCKET" && !words.contains(&"PEEK") {
+            let other = ints(&replies[1]);
+            assert_eq!(
+                other[0], 0,
+                "{words:?} allowed beside the waiter: {other:?}"
+            );
+        }
+        let peek = check(&mut con, &["RL.TOKENBUCKET", &key, "1", "1", "PEEK"]);
+        assert_eq!((peek[0], peek[2]), (0, 0), "{words:?}: after both {peek:?}");
+    }
+}

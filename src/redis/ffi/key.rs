@@ -46,6 +46,8 @@ impl<'a> OpenKey<'a> {
         } else {
             raw::REDISMODULE_READ
         };
+        #[cfg(debug_assertions)]
+        open_keys::opened();
         // SAFETY: `ctx` and `name` belong to the running command.
         let ptr = unsafe { rm!(RedisModule_OpenKey)(ctx.raw(), name.raw(), mode as c_int) };
         Self {
@@ -218,5 +220,31 @@ impl Drop for OpenKey<'_> {
             // SAFETY: `ptr` was opened by `open` and is closed once, here.
             unsafe { rm!(RedisModule_CloseKey)(self.ptr) };
         }
+        #[cfg(debug_assertions)]
+        open_keys::closed();
+    }
+}
+
+/// What the types say of one call into the module (its one [`KeyToken`],
+/// lent to one open key at a time) held across them in debug builds (the
+/// tests'): no key is opened while another is, anywhere. A callback that
+/// Redis runs inside a command of the module's own (the type's `unlink`,
+/// inside a delete or a key found expired as it is opened) makes its own
+/// token, which the types cannot tell from the command's; opening a key
+/// there would stop the server here.
+#[cfg(debug_assertions)]
+mod open_keys {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    /// Keys open now (on Redis's main thread, the only one that opens keys).
+    static OPEN: AtomicUsize = AtomicUsize::new(0);
+
+    pub fn opened() {
+        let before = OPEN.fetch_add(1, Relaxed);
+        assert_eq!(before, 0, "a key opened while another is open");
+    }
+
+    pub fn closed() {
+        OPEN.fetch_sub(1, Relaxed);
     }
 }

@@ -15,7 +15,7 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use super::api::{buffer_ptr, rm};
-use super::ctx::{Ctx, KeyToken};
+use super::ctx::Ctx;
 use super::server::now_ms;
 use super::server::opt_ctx_key;
 use crate::algorithms::penalty::Penalized;
@@ -361,9 +361,11 @@ unsafe extern "C" fn digest<A: State>(md: *mut raw::RedisModuleDigest, value: *m
 /// leaves the keyspace (see [`on_removed`]).
 static REMOVED: OnceLock<(fn() -> bool, Removed)> = OnceLock::new();
 
-/// Told the database and name of a key that left, lent the call's
-/// [`KeyToken`] for the keys it opens (the waiters its leaving lets go).
-pub type Removed = fn(&mut KeyToken, c_int, &[u8]);
+/// Told the database and name of a key that left. It opens no key: the
+/// type's `unlink` runs inside whatever removed the key, a command of the
+/// module's own among them, with its keys open, so it has no
+/// [`KeyToken`](super::ctx::KeyToken) to lend.
+pub type Removed = fn(c_int, &[u8]);
 
 /// Has `removed` told of each key of ours that leaves the keyspace while
 /// `wanted` says so (at load time: `super::super::waiters` decides its
@@ -374,7 +376,8 @@ pub fn on_removed(wanted: fn() -> bool, removed: Removed) {
 
 /// A key of this type leaves the keyspace (deleted, expired, evicted,
 /// overwritten, renamed or moved away): clients waiting on it are decided
-/// again, against what it holds then.
+/// again, against what it holds then, at the waiters' next wake-up (made
+/// due at once: see [`Removed`]).
 unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
     let Some((wanted, removed)) = REMOVED.get() else {
         return;
@@ -384,7 +387,7 @@ unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const 
     }
     // SAFETY: Redis passes the option context of this call.
     let (db, key) = unsafe { opt_ctx_key(ctx) };
-    removed(&mut KeyToken::new(), db, &key);
+    removed(db, &key);
 }
 
 /// How much freeing a value frees (`State::free_effort`): above 64, Redis

@@ -38,8 +38,7 @@ thread_local! {
 pub fn tell(ctx: Ctx<'_>, token: &mut KeyToken, event: Event) {
     let told = with_room(ctx, token, |room, server| apply(room, server, &event));
     if told.is_none() {
-        PENDING.with(|pending| pending.borrow_mut().push(event));
-        set_timer(ctx, now_ms());
+        defer(ctx, event);
     }
 }
 
@@ -70,16 +69,27 @@ pub fn freed(ctx: Ctx<'_>, token: &mut KeyToken, key: KeyName<'_>) {
 }
 
 /// `key` of `db` left the keyspace (deleted, expired, evicted, overwritten,
-/// renamed or moved away): its waiters are decided at once against what it
-/// holds now. Called from the type's `unlink` callback, which has no
-/// context of its own and runs inside whatever removed the key.
-pub fn removed(token: &mut KeyToken, db: c_int, key: &[u8]) {
+/// renamed or moved away): its waiters are decided again against what it
+/// holds then, at the room's next wake-up, made due at once. Called from
+/// the type's `unlink` callback, which has no context of its own and runs
+/// inside whatever removed the key: a command of the module's own among
+/// them (a key that expired found as it is opened, a lease key deleted).
+/// Deciding the waiters there would open keys while that command has its
+/// own open, the same key among them, and write it under the command's
+/// open key; so this opens nothing and needs no key token.
+pub fn removed(db: c_int, key: &[u8]) {
     if WAITING.load(Relaxed) == 0 || writing_own() {
         return;
     }
     if let Some(ctx) = detached() {
-        tell(ctx, token, Event::Changed(db, key.into()));
+        defer(ctx, Event::Changed(db, key.into()));
     }
+}
+
+/// Keeps `event` for the room's next wake-up, made due at once.
+fn defer(ctx: Ctx<'_>, event: Event) {
+    PENDING.with(|pending| pending.borrow_mut().push(event));
+    set_timer(ctx, now_ms());
 }
 
 /// Every key of `db` (all databases when `None`) changed at once (`FLUSHDB`,
