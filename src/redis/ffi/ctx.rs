@@ -104,10 +104,14 @@ pub unsafe fn run(
 /// Made only here, in the FFI room, one for each call of Redis into the
 /// module that may open keys: a command ([`run`]), the waiters' timer and
 /// a blocked client's `CLIENT UNBLOCK` and disconnect callbacks
-/// (`super::block`), the flush and swap events (`super::server`) and a
-/// key's removal (`super::types`). Each lends its one token down to every
-/// place that opens a key; code outside this room cannot make one (its
-/// constructor is the room's), so a command cannot have two.
+/// (`super::block`), the flush and swap events (`super::server`). None of
+/// these runs inside another call into the module; the one callback that
+/// does (the type's `unlink`, inside a command's delete or its open of a
+/// key found expired, `super::types`) opens nothing and has no token. Each
+/// lends its one token down to every place that opens a key; code outside
+/// this room cannot make one (its constructor is the room's), so a command
+/// cannot have two. Debug builds check it at run time too: a key opened
+/// while another is open stops the server (`super::key`).
 pub struct KeyToken {
     /// Private: no token is made outside this room.
     _private: (),
