@@ -178,6 +178,51 @@ fn an_acquire_waits_for_a_release_not_for_the_lease_to_run_out() {
     );
 }
 
+/// A holder's heartbeat (an acquire with the id of its live lease) renews
+/// it while others wait for a slot, with or without `BLOCK`: a renewal
+/// takes no slot, so none a waiter is owed. Before, it queued behind them:
+/// denied without `BLOCK` (and its lease then ended, handing the slot to a
+/// waiter while the job still ran), or waiting with it behind a waiter who
+/// waited for its own lease to end.
+#[test]
+fn a_holders_renewal_is_not_queued_behind_the_waiters_for_its_slot() {
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    let start = Instant::now();
+    let (taken, _) = acquire(&mut con, &["jobs", "1", "1h", "ID", "holder"]);
+    assert_eq!(taken[0], 1);
+    let waiter = send(
+        server.port,
+        words(&[
+            "RL.ACQUIRE",
+            "jobs",
+            "1",
+            "1h",
+            "ID",
+            "waiter",
+            "BLOCK",
+            "0",
+        ]),
+        start,
+    );
+    blocked(&mut con, 1);
+    for block in [None, Some("0")] {
+        let mut heartbeat = vec!["jobs", "1", "1h", "ID", "holder"];
+        heartbeat.extend(block.map(|ms| ["BLOCK", ms]).into_iter().flatten());
+        let (renewed, id) = acquire(&mut con, &heartbeat);
+        assert_eq!(renewed[..3], [1, 1, 0], "{block:?}");
+        assert_eq!(id.as_deref(), Some("holder"));
+    }
+    // The waiter still waits, and goes when the holder is done.
+    assert_eq!(info_count(&mut con, "blocked_clients"), 1);
+    assert_eq!(
+        run(&mut con, &["RL.RELEASE", "jobs", "holder"]).unwrap(),
+        Value::Int(1)
+    );
+    let (reply, _) = waiter.join().unwrap();
+    assert_eq!(allowed(&reply), 1);
+}
+
 #[test]
 fn an_acquire_is_woken_when_a_lease_runs_out() {
     let server = Server::start(&[]);

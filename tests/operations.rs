@@ -370,6 +370,69 @@ fn a_state_set_over_a_waited_key_wakes_its_waiter() {
     assert!(waited < Duration::from_secs(30), "served after {waited:?}");
 }
 
+/// `RL.SETSTATE` of a full bucket over a waited bucket wakes its waiter at
+/// once, whatever the key's expiry becomes: kept (`KEEPTTL`: the waiter's
+/// hold, at its turn 1000 s away), an hour away (`PXAT`), or in its band
+/// (a second away), and over the key's penalized form (its other type).
+/// Before, a state put in place of one of the key's own type told the
+/// waiters nothing: only the key's expiry woke them, here 1000 s later.
+#[test]
+fn a_state_set_in_place_wakes_its_waiter_whatever_its_expiry() {
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    let full = |now: i64| {
+        let mut full = vec![1u8];
+        full.extend_from_slice(&1u64.to_le_bytes());
+        full.extend_from_slice(&0.001f64.to_le_bytes());
+        full.extend_from_slice(&1.0f64.to_le_bytes());
+        full.extend_from_slice(&now.to_le_bytes());
+        full
+    };
+    for (case, penalized) in [
+        ("KEEPTTL", false),
+        ("PXAT", false),
+        ("", false),
+        ("KEEPTTL", true),
+    ] {
+        let key = format!("tb:{case}:{penalized}");
+        // Empty: its next token 1000 s away.
+        check(&mut con, &["RL.TOKENBUCKET", &key, "1", "0.001"]);
+        if penalized {
+            // Its penalized form (a denial with PENALTY), the penalty short.
+            let denied = check(
+                &mut con,
+                &["RL.TOKENBUCKET", &key, "1", "0.001", "PENALTY", "1ms"],
+            );
+            assert_eq!(denied[0], 0);
+            let kind: String = redis::cmd("TYPE").arg(&key).query(&mut con).unwrap();
+            assert_eq!(kind, "rp_tokbkt", "{case}");
+        }
+        let waiter = send(
+            server.port,
+            &["RL.TOKENBUCKET", &key, "1", "0.001", "BLOCK", "0"],
+        );
+        blocked(&mut con, 1);
+        let now = server_time_ms(&mut con);
+        let mut set = redis::cmd("RL.SETSTATE");
+        set.arg(&key).arg(full(now));
+        match case {
+            "PXAT" => drop(set.arg("PXAT").arg(now + 3_600_000)),
+            "KEEPTTL" => drop(set.arg("KEEPTTL")),
+            _ => {}
+        }
+        let ok: String = set.query(&mut con).unwrap();
+        assert_eq!(ok, "OK");
+        // Answered, long before its turn or any expiry (blocked() gives up
+        // after 10 s).
+        blocked(&mut con, 0);
+        let (reply, _) = waiter.join().unwrap();
+        assert_eq!(first_integer(&reply), 1, "{case} {penalized}: {reply:?}");
+        // It took the token set.
+        let peek = check(&mut con, &["RL.TOKENBUCKET", &key, "1", "0.001", "PEEK"]);
+        assert_eq!(peek[0], 0, "{case} {penalized}");
+    }
+}
+
 #[test]
 #[serial]
 fn waiters_that_time_out_behind_a_stuck_one_free_their_memory() {

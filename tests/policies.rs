@@ -1390,6 +1390,26 @@ fn waiting_on(
     handle
 }
 
+/// A change that puts a waiter's turn past its deadline answers it at once,
+/// denied, nothing taken: as a check sent then would be. Before, it went on
+/// waiting with no hold on its key (a hold reaches only a turn within the
+/// wait), so the key expired at the old version's time and the waiter was
+/// allowed on a new key, 100 s before the new version's turn.
+#[test]
+fn a_change_that_puts_a_waiters_turn_past_its_deadline_answers_it_denied() {
+    let (primary, _replica, mut con, mut rcon) = primary_and_replica();
+    // One token, back after 1 s: the key expires within 2 s.
+    set(&mut con, "plan", &["TOKENBUCKET", "1", "1"]);
+    assert_eq!(head(&mut con, &["RL.CHECK", "plan", "a"]), [1, 1, 0]);
+    let waiter = waiting_on(&primary, &mut con, "plan", &["a"]);
+    // Now a token every 100 s: past the waiter's 10 s.
+    set(&mut con, "plan", &["TOKENBUCKET", "1", "0.01"]);
+    let reply = waiter.join().unwrap().expect("answered");
+    assert_eq!(&reply[..3], &[0, 1, 0], "{reply:?}");
+    assert!(reply[3] > 0, "{reply:?}");
+    same_on_replica(&mut con, &mut rcon, &["a"], "after the waiter");
+}
+
 #[test]
 fn a_waiter_is_decided_under_its_policy_as_it_stands_when_its_turn_comes() {
     let (primary, _replica, mut con, mut rcon) = primary_and_replica();

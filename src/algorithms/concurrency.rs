@@ -284,6 +284,12 @@ impl Leases {
         (self.decision(params.limit, now_ms, true), true)
     }
 
+    /// Whether `id` holds a live lease at `now_ms`: acquiring for it renews
+    /// that lease, taking no slot.
+    pub fn renews(&self, id: &[u8], now_ms: i64) -> bool {
+        self.holds(id, now_ms.max(self.updated_ms))
+    }
+
     /// Whether acquiring for `id` at `now_ms` would take a new slot (rather
     /// than renew `id`'s, or be denied): the state grows by a lease.
     pub fn would_add(&self, params: LeaseParams, now_ms: i64, id: &[u8]) -> bool {

@@ -5,6 +5,7 @@
 
 use super::engine::check::apply_open;
 use super::engine::decide::decide;
+use super::engine::leases::renews;
 use super::engine::migrate::decided_if_current;
 use super::engine::store::Store;
 use super::engine::Checked;
@@ -36,7 +37,7 @@ pub fn respond(
     let ctx = run.ctx;
     let mode = request.mode();
     let block_ms = request.block_ms().filter(|_| waiters::can_block(ctx));
-    if mode == Mode::Take && waiters::queued(ctx, keys) {
+    if mode == Mode::Take && waiters::queued(ctx, keys) && !renewal(run, token, &request, keys) {
         if let Some(block_ms) = block_ms {
             return waiters::wait(ctx, token, args, request, keys, block_ms, None);
         }
@@ -63,6 +64,23 @@ pub fn respond(
         }
     }
     answer(run, &request, keys, &outcome)
+}
+
+/// Whether `request` is an `RL.ACQUIRE` renewing the live lease its id
+/// holds on its key: it takes no slot, so it goes past the key's waiters
+/// rather than queue behind them (denied without `BLOCK`, the heartbeat of
+/// a job that holds its slot would fail whenever someone waits for one,
+/// and its lease end, handing its slot to a waiter while the job runs).
+fn renewal(run: &Run<'_>, token: &mut KeyToken, request: &Request, keys: &[KeyName<'_>]) -> bool {
+    match (request, keys) {
+        (
+            Request::Acquire {
+                id, drawn: false, ..
+            },
+            [key],
+        ) => renews(run, token, *key, id),
+        _ => false,
+    }
 }
 
 /// A plain request of one key (`Plain::of` said it is: it takes, waits for

@@ -5,6 +5,7 @@ use super::super::config::expiry_slack_ms;
 use super::super::ffi::{command, now_ms, Args, Ctx, KeyName, KeyToken, Status};
 use super::super::key::{Key, ReadKey};
 use super::super::types::{horizon, stored_tag, Stored};
+use super::super::waiters;
 use crate::algorithms::concurrency::Leases;
 use crate::algorithms::expiry::EXPIRY_TIMES;
 use crate::algorithms::penalty::Penalized;
@@ -138,18 +139,27 @@ impl SetState<'_> {
         let fresh_at_ms = state.fresh_at_ms();
         key.put(state)?;
         self.ctx.signal_modified(self.key_name);
-        match self.expiry {
-            Expiry::At(ms) => key.expire_at(ms),
-            Expiry::Keep => {}
+        let band_at = match self.expiry {
+            Expiry::At(ms) => {
+                key.expire_at(ms);
+                None
+            }
+            Expiry::Keep => None,
             Expiry::Band => {
                 key.settle_expiry(fresh_at_ms, expiry_slack_ms());
-                if let Some(at) = key.expires_at() {
-                    self.ctx.replicate_set_state(self.key_name, self.blob, at);
-                    return Ok(());
-                }
+                key.expires_at()
             }
+        };
+        drop(key);
+        match band_at {
+            Some(at) => self.ctx.replicate_set_state(self.key_name, self.blob, at),
+            None => self.ctx.replicate_verbatim(),
         }
-        self.ctx.replicate_verbatim();
+        // The key's waiters are decided against the state set, at once: a
+        // state put in place of one of its own type removes no key, so
+        // nothing else tells them (a sibling's replacement is the module's
+        // own write, which tells them nothing either).
+        waiters::freed(self.ctx, self.token, self.key_name);
         Ok(())
     }
 }

@@ -43,6 +43,14 @@ pub fn acquire(
     }
 }
 
+/// Whether `id` holds a live lease on `key_name` now: an acquire for it is
+/// a renewal (a heartbeat), which takes no slot, so none a waiter is owed.
+pub fn renews(run: &Run<'_>, token: &mut KeyToken, key_name: KeyName<'_>, id: &[u8]) -> bool {
+    let key = run.read(token, key_name);
+    key.get::<Leases>()
+        .is_some_and(|leases| leases.renews(id, run.now_ms()))
+}
+
 /// What an acquire of `params` on `key_name` would be told now, changing
 /// nothing.
 pub fn peek(

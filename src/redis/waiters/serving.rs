@@ -12,6 +12,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::super::engine::decide::decide;
+use super::super::engine::store::Store;
 use super::super::ffi::args::OwnedNames;
 use super::super::ffi::block::unblock;
 use super::super::ffi::cluster::redirect_for;
@@ -94,7 +95,22 @@ impl Host<Parked> for Server<'_> {
                 tally(ctx, &parked.request, &keys, &outcome);
                 Turn::Answered(Ok(outcome))
             }
-            Ok(outcome) => Turn::NotYet(outcome.decision().retry_after_ms.max(1)),
+            Ok(outcome) => {
+                let retry_ms = outcome.decision().retry_after_ms.max(1);
+                // Its turn now comes after its deadline (its policy changed
+                // under it): answered now, as a check sent now would be;
+                // waiting on would hold its keys for nothing (a hold reaches
+                // a turn within the wait only), and a key expiring at its old
+                // time would let it through early on a new one. An acquire
+                // waits on: a release may come first.
+                let late = waiter
+                    .deadline_ms
+                    .is_some_and(|deadline| run.now_ms().saturating_add(retry_ms) > deadline);
+                if late && parked.request.retry_is_known() {
+                    return Turn::Answered(timed_out_answer(ctx, self.token, waiter));
+                }
+                Turn::NotYet(retry_ms)
+            }
             Err(error) => Turn::Answered(Err(error)),
         }
     }
