@@ -337,6 +337,19 @@ fn a_check_by_a_missing_or_deleted_policy_is_an_error_naming_it() {
         error_of(&mut con, &["RL.CHECK", "two", "a", "b", "SHADOW"]),
         "ERR syntax error: RL.CHECK takes COST, PEEK and BLOCK; SHADOW is not offered"
     );
+    // A policy's PENALTY or SHADOW with the request's BLOCK: the error says
+    // whose each is.
+    set_line(&mut con, "harsh", "TOKENBUCKET 1 1 PENALTY 1m");
+    set_line(&mut con, "quiet", "TOKENBUCKET 1 1 SHADOW");
+    assert_eq!(
+        error_of(&mut con, &["RL.CHECK", "harsh", "a", "BLOCK", "10"]),
+        "ERR syntax error: the policy's PENALTY and BLOCK cannot be given together"
+    );
+    assert_eq!(
+        error_of(&mut con, &["RL.CHECK", "quiet", "a", "BLOCK", "10"]),
+        "ERR syntax error: the policy's SHADOW and BLOCK cannot be given together"
+    );
+    assert_eq!(check(&mut con, &["RL.CHECK", "harsh", "h", "PEEK"])[0], 1);
     assert!(!exists(&mut con, "a"));
     // The replay of a check is for a primary's link and the AOF only.
     assert!(

@@ -95,7 +95,22 @@ impl Request {
         if !options.peek {
             options.penalty_ms = definition.penalty_ms;
             options.shadow = definition.shadow;
-            parse::options::exclusive(&options)?;
+            // The request's own words clash with none of their own
+            // (`check_request_options`): a clash is the policy's option
+            // with BLOCK, said so rather than named as if the client had
+            // written both.
+            if let Err(error) = parse::options::exclusive(&options) {
+                let own = if definition.shadow {
+                    "SHADOW"
+                } else if definition.penalty_ms.is_some() {
+                    "PENALTY"
+                } else {
+                    return Err(error);
+                };
+                return Err(CommandError::syntax(&format!(
+                    "the policy's {own} and BLOCK cannot be given together"
+                )));
+            }
         }
         Ok(options)
     }
