@@ -159,6 +159,36 @@ impl Algorithm for LeakyBucket {
             ..decision
         }
     }
+
+    /// The default's answer, without its copy of the whole state: a take
+    /// under the stored parameters is checked on a copy of the schedule
+    /// alone (24 bytes, kept when the request is allowed), inlined into the
+    /// engine's take; the rest (new parameters, a peek) is the default's
+    /// copy, out of line.
+    #[inline(always)]
+    fn check_stored(
+        &mut self,
+        params: LeakyBucketParams,
+        now_ms: i64,
+        cost: u64,
+        mode: Mode,
+    ) -> (Decision, bool) {
+        if mode != Mode::Take || self.params != params {
+            return self.check_copy_out_of_line(params, now_ms, cost, mode);
+        }
+        // `Schedule::check` clamps the time to the last it saw itself.
+        let mut schedule = self.schedule;
+        let (decision, until_turn_ms) = schedule.check(params.pace(), now_ms, cost, mode);
+        if !decision.allowed {
+            return (decision, false);
+        }
+        self.schedule = schedule;
+        let decision = Decision {
+            delay_ms: Some(until_turn_ms),
+            ..decision
+        };
+        (decision, true)
+    }
 }
 
 impl State for LeakyBucket {
@@ -583,6 +613,38 @@ mod tests {
         #[test]
         fn decoding_any_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = LeakyBucket::decode_body(&mut Reader::new(&bytes));
+        }
+
+        /// A stored state checked in place (`check_stored`) gives the
+        /// decision, and is left as, the copy the default `check_stored`
+        /// checked (`check_with`, kept when taken), for any schedule, time,
+        /// cost, mode and parameters (the same or others).
+        #[test]
+        fn a_stored_state_is_checked_in_place_as_on_a_copy(
+            capacity in prop_oneof![1u64..10, Just(MAX_AMOUNT), any::<u64>()],
+            rate in prop_oneof![1e-9f64..1e10, any::<u64>().prop_map(f64::from_bits)],
+            due_ns in prop_oneof![any::<i128>(), any::<i64>().prop_map(i128::from), (-3_000_000_000i128..3_000_000_000).prop_map(|d| ms_to_ns(T0) + d)],
+            updated_ms in prop_oneof![any::<i64>(), (-3_000i64..3_000).prop_map(|d| T0 + d), Just(MAX_TIMESTAMP_MS)],
+            now in prop_oneof![any::<i64>(), (-3_000i64..3_000).prop_map(|d| T0 + d)],
+            cost in prop_oneof![0u64..12, any::<u64>()],
+            take in any::<bool>(),
+            other in proptest::option::of((1u64..10, 0.5f64..100.0)),
+        ) {
+            let stored = LeakyBucket {
+                params: params(capacity, rate),
+                schedule: Schedule { due_ns, updated_ms },
+            };
+            let asked = other.map_or(stored.params, |(c, r)| params(c, r));
+            let mode = if take { Mode::Take } else { Mode::Peek };
+            let (expected, kept) = match LeakyBucket::check_with(Some(&stored), asked, now, cost, mode) {
+                (decision, Some(next)) => (decision, next),
+                (decision, None) => (decision, stored.clone()),
+            };
+            let mut in_place = stored.clone();
+            let (decision, changed) = in_place.check_stored(asked, now, cost, mode);
+            prop_assert_eq!(decision, expected);
+            prop_assert_eq!(changed, expected.allowed && take);
+            prop_assert_eq!(&in_place, &kept);
         }
 
         /// Unlike the token bucket's float refill, the drain time is exact
