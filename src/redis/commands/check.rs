@@ -16,7 +16,7 @@ use crate::algorithms::gcra::Gcra;
 use crate::algorithms::Mode;
 use crate::error::CommandError;
 use crate::parse::{self, IntoTier};
-use crate::redis_cell::{cl_throttle, cl_throttle_reply};
+use crate::redis_cell::cl_throttle_reply;
 use crate::replay::Command;
 
 command! {
@@ -67,7 +67,7 @@ fn cl_throttle_reply_to(ctx: Ctx<'_>, token: &mut KeyToken, args: &Args<'_>) -> 
     let run = Run::live(ctx, Command::ClThrottle, 2);
     let mut words = Words::none();
     args.fill_from(2, &mut words);
-    let parsed = cl_throttle(&words);
+    let parsed = params::cl_throttle_args(ctx, &words);
     // A quantity taken, no waiter before it: the plain check's straight path.
     if let (Some(key), Ok(throttle)) = (args.key(1), &parsed) {
         if throttle.mode == Mode::Take && !waiters::queued(ctx, &[key]) {

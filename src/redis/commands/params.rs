@@ -8,9 +8,12 @@
 
 use super::super::ffi::main_thread::MainThreadCell;
 use super::super::ffi::Ctx;
+use crate::algorithms::gcra::GcraParams;
 use crate::algorithms::registry::{IntoTier, Line, Tier, ALGORITHMS};
+use crate::algorithms::Mode;
 use crate::error::CommandError;
 use crate::parse::{self, CheckOptions};
+use crate::redis_cell::{cl_throttle, ClThrottleArgs};
 use crate::words::same_bytes;
 use crate::words::syntax::Syntax;
 
@@ -114,10 +117,40 @@ where
     .unwrap_or_else(|| parse::check_args::<P>(words))
 }
 
+/// `CL.THROTTLE`'s, apart from the algorithms' (its words are redis-cell's:
+/// a period in seconds).
+static KEPT_THROTTLE: MainThreadCell<Kept> = MainThreadCell::new(Kept::NONE);
+
+/// `redis_cell::cl_throttle` through what it read last, as [`check_args`]
+/// for the check commands: the same result, the parsing skipped when the
+/// words are those of the last `CL.THROTTLE` without a quantity (which is
+/// then 1, a take). Parsing is a function of the words alone.
+#[inline(always)]
+pub fn cl_throttle_args(ctx: Ctx<'_>, words: &[&[u8]]) -> Result<ClThrottleArgs, CommandError> {
+    if words.len() != 3 {
+        return cl_throttle(words);
+    }
+    KEPT_THROTTLE
+        .with(ctx, |kept| {
+            if let Some(params) = kept.of::<GcraParams>(words) {
+                return Ok(ClThrottleArgs {
+                    params,
+                    cost: 1,
+                    mode: Mode::Take,
+                });
+            }
+            let parsed = cl_throttle(words);
+            if let Ok(args) = parsed {
+                kept.keep(words, args.params);
+            }
+            parsed
+        })
+        .unwrap_or_else(|| cl_throttle(words))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::gcra::GcraParams;
     use crate::algorithms::token_bucket::TokenBucketParams;
 
     fn parsed<P: Syntax>(words: &[&[u8]]) -> P {
