@@ -57,7 +57,7 @@ impl GcraParams {
     /// In `u64` whenever the period in ns fits (any period accepted): one
     /// machine division, on every check; [`GcraParams::wide_interval_ns`]
     /// otherwise, which answers the same (a property test compares them).
-    #[inline]
+    #[inline(always)]
     pub fn emission_interval_ns(&self) -> i128 {
         match self.period_ms.checked_mul(NS_PER_MS as u64) {
             Some(period_ns) => i128::from((period_ns / self.count.max(1)).max(1)),
@@ -74,7 +74,7 @@ impl GcraParams {
 
     /// The schedule of these parameters: one request per `T`, `limit` at
     /// once (`tau + T = T * limit` ahead of now at most).
-    #[inline]
+    #[inline(always)]
     fn pace(&self) -> Pace {
         Pace {
             interval_ns: self.emission_interval_ns(),
@@ -282,7 +282,9 @@ impl State for Gcra {
         ]
     }
 
-    /// The TAT, rounded up to the millisecond.
+    /// The TAT, rounded up to the millisecond. Inlined always: twice on
+    /// every check.
+    #[inline(always)]
     fn fresh_at_ms(&self) -> i64 {
         self.schedule.fresh_at_ms()
     }

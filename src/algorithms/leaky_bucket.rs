@@ -49,7 +49,7 @@ impl LeakyBucketParams {
     /// library call): `as` saturates either way, and any value out of the
     /// range of `i64` is clamped to the same bound (+inf, a tiny rate,
     /// becomes `MAX_INTERVAL_NS`). On every check.
-    #[inline]
+    #[inline(always)]
     pub fn leak_interval_ns(&self) -> i128 {
         if self.rate_per_s > 0.0 {
             i128::from((round(1e9 / self.rate_per_s) as i64).clamp(1, MAX_INTERVAL_NS as i64))
@@ -60,7 +60,7 @@ impl LeakyBucketParams {
 
     /// The schedule of these parameters: one unit leaks out per `I`, and
     /// the queue holds `capacity` (`capacity * I` ahead of now at most).
-    #[inline]
+    #[inline(always)]
     fn pace(&self) -> Pace {
         Pace {
             interval_ns: self.leak_interval_ns(),
@@ -201,7 +201,9 @@ impl State for LeakyBucket {
         ]
     }
 
-    /// The drain time, rounded up to the millisecond.
+    /// The drain time, rounded up to the millisecond. Inlined always: twice
+    /// on every check.
+    #[inline(always)]
     fn fresh_at_ms(&self) -> i64 {
         self.schedule.fresh_at_ms()
     }
