@@ -25,7 +25,7 @@
 
 use super::schedule::{Pace, Schedule};
 use super::shapes::{capacity_and_rate, check_capacity_and_rate};
-use super::{round, Algorithm, Decision, Field, Mode, State, MAX_DURATION_MS, NS_PER_MS};
+use super::{Algorithm, Decision, Field, Mode, State, MAX_DURATION_MS, NS_PER_MS};
 use crate::encoding::{put_f64, put_u64, DecodeError, Reader};
 use crate::error::CommandError;
 use crate::words::syntax::{Kind, Syntax, Word};
@@ -44,18 +44,23 @@ pub struct LeakyBucketParams {
 impl LeakyBucketParams {
     /// `I`: nanoseconds for one unit to leak out, `1..=366 d`.
     ///
-    /// Rounded by [`round`] rather than the library call `f64::round` is on
-    /// this target, and converted to `i64` rather than `i128` (another
-    /// library call): `as` saturates either way, and any value out of the
-    /// range of `i64` is clamped to the same bound (+inf, a tiny rate,
-    /// becomes `MAX_INTERVAL_NS`). On every check.
+    /// Rounded to the nearest, halves up, as `f64::round` (a library call
+    /// on this target) rounds a positive value, on every check: `1e9 /
+    /// rate` is positive (or +inf, a tiny rate); from `MAX_INTERVAL_NS` on
+    /// it is that bound; below it, it is under 2^55, so truncating it to
+    /// an `i64` is exact, and so is its fraction (below 2^52 the two lie
+    /// within one binade of each other; from 2^52 on every double is
+    /// whole, its fraction 0).
     #[inline(always)]
     pub fn leak_interval_ns(&self) -> i128 {
-        if self.rate_per_s > 0.0 {
-            i128::from((round(1e9 / self.rate_per_s) as i64).clamp(1, MAX_INTERVAL_NS as i64))
-        } else {
-            MAX_INTERVAL_NS
+        let ns = 1e9 / self.rate_per_s;
+        // Also a rate that is not above 0 (NaN compares false).
+        if !(self.rate_per_s > 0.0 && ns < MAX_INTERVAL_NS as f64) {
+            return MAX_INTERVAL_NS;
         }
+        let whole = ns as i64;
+        let up = ns - whole as f64 >= 0.5;
+        i128::from((whole + i64::from(up)).max(1))
     }
 
     /// The schedule of these parameters: one unit leaks out per `I`, and
