@@ -166,6 +166,45 @@ fn cl_throttle_and_rl_gcra_share_keys_and_quantity_zero_peeks() {
     assert!((17_900..=18_000).contains(&r[4]), "{r:?}");
 }
 
+/// A `CL.THROTTLE` takes the parameters of its own words, whatever the
+/// calls before it said: the module keeps the parameters the last call
+/// without a quantity read, with its words, and skips the parsing when the
+/// words are the same (`src/redis/commands/params.rs`). Words that differ
+/// in a byte, in length, in any one of the three, a quantity given, a
+/// refused call between them, and the same parameters written otherwise:
+/// each reply (on a new key: limit, remaining, and a reset of one emission
+/// interval per unit, in seconds rounded up) is that of its own words.
+#[test]
+fn each_cl_throttle_reads_the_parameters_of_its_own_words() {
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    let cases: &[(&[&str], [i64; 5])] = &[
+        (&["4", "10", "60"], [0, 5, 4, -1, 6]),
+        (&["7", "10", "60"], [0, 8, 7, -1, 6]),
+        (&["4", "10", "60"], [0, 5, 4, -1, 6]),
+        (&["4", "10", "6"], [0, 5, 4, -1, 1]),
+        (&["4", "1", "60"], [0, 5, 4, -1, 60]),
+        (&["4", "10", "600"], [0, 5, 4, -1, 60]),
+        (&["4", "10", "61"], [0, 5, 4, -1, 7]),
+        (&["40", "10", "60"], [0, 41, 40, -1, 6]),
+        (&["4", "10", "60", "2"], [0, 5, 3, -1, 12]),
+        (&["4", "10", "60"], [0, 5, 4, -1, 6]),
+        (&["04", "10", "60"], [0, 5, 4, -1, 6]),
+        (&["4", "100", "60"], [0, 5, 4, -1, 1]),
+        (&["4", "10", "60"], [0, 5, 4, -1, 6]),
+    ];
+    for (i, (args, want)) in cases.iter().enumerate() {
+        let key = format!("own:{i}");
+        let words = command_words("CL.THROTTLE", &key, args, &[]);
+        assert_eq!(check(&mut con, &words), want, "{words:?}");
+        let bad = format!("bad:{i}");
+        let refused = command_words("CL.THROTTLE", &bad, &[args[0], "0", args[2]], &[]);
+        assert!(error_of(&mut con, &refused).starts_with("ERR count must be"));
+        assert!(error_of(&mut con, &refused).starts_with("ERR count must be"));
+        assert!(!exists(&mut con, &bad), "{refused:?} created its key");
+    }
+}
+
 #[test]
 fn cl_throttle_refuses_what_crashed_or_corrupted_redis_cell() {
     let server = Server::start(&[]);

@@ -276,6 +276,60 @@ fn a_request_without_block_does_not_take_what_a_waiter_is_owed() {
     assert!(at < 1200, "the waiter was delayed: {at} ms");
 }
 
+/// The same for a check with the words of the last check of its command
+/// without options (the module then skips their parsing:
+/// `src/redis/commands/params.rs`), a check command's and `CL.THROTTLE`'s,
+/// the latter behind an `RL.GCRA` waiter on its key.
+#[test]
+fn a_check_with_the_last_checks_words_does_not_take_what_a_waiter_is_owed() {
+    let server = Server::start(&[]);
+    let mut con = server.connect();
+    // The words kept, from checks of other keys.
+    check(&mut con, &["RL.TOKENBUCKET", "other", "2", "4"]);
+    check(&mut con, &["CL.THROTTLE", "other:cell", "1", "4", "1"]);
+    // 2 tokens, 4 a second: empty now; the waiter needs both (500 ms).
+    check(&mut con, &["RL.TOKENBUCKET", "owed", "2", "4", "COST", "2"]);
+    // GCRA of limit 2, one every 250 ms: empty now; the same for its waiter.
+    check(&mut con, &["CL.THROTTLE", "owed:cell", "1", "4", "1", "2"]);
+    let start = Instant::now();
+    let waiters = [
+        words(&[
+            "RL.TOKENBUCKET",
+            "owed",
+            "2",
+            "4",
+            "COST",
+            "2",
+            "BLOCK",
+            "3000",
+        ]),
+        words(&[
+            "RL.GCRA",
+            "owed:cell",
+            "1",
+            "4",
+            "1s",
+            "COST",
+            "2",
+            "BLOCK",
+            "3000",
+        ]),
+    ]
+    .map(|w| send(server.port, w, start));
+    blocked(&mut con, 2);
+    thread::sleep(Duration::from_millis(300));
+    // A unit is back on each key, but it is the waiter's.
+    let r = check(&mut con, &["RL.TOKENBUCKET", "owed", "2", "4"]);
+    assert_eq!(r[0], 0, "jumped the queue: {r:?}");
+    let r = check(&mut con, &["CL.THROTTLE", "owed:cell", "1", "4", "1"]);
+    assert_eq!(r[0], 1, "jumped the queue: {r:?}");
+    for waiter in waiters {
+        let (reply, at) = waiter.join().unwrap();
+        assert_eq!(allowed(&reply), 1);
+        assert!(at < 1200, "the waiter was delayed: {at} ms");
+    }
+}
+
 #[test]
 fn a_client_that_leaves_while_it_waits_takes_nothing() {
     let server = Server::start(&[]);

@@ -57,7 +57,7 @@ impl GcraParams {
     /// In `u64` whenever the period in ns fits (any period accepted): one
     /// machine division, on every check; [`GcraParams::wide_interval_ns`]
     /// otherwise, which answers the same (a property test compares them).
-    #[inline]
+    #[inline(always)]
     pub fn emission_interval_ns(&self) -> i128 {
         match self.period_ms.checked_mul(NS_PER_MS as u64) {
             Some(period_ns) => i128::from((period_ns / self.count.max(1)).max(1)),
@@ -74,7 +74,7 @@ impl GcraParams {
 
     /// The schedule of these parameters: one request per `T`, `limit` at
     /// once (`tau + T = T * limit` ahead of now at most).
-    #[inline]
+    #[inline(always)]
     fn pace(&self) -> Pace {
         Pace {
             interval_ns: self.emission_interval_ns(),
@@ -244,6 +244,31 @@ impl Algorithm for Gcra {
             .check(self.params.pace(), now_ms, cost, mode)
             .0
     }
+
+    /// The default's answer, without its copy of the whole state: a take
+    /// under the stored parameters is checked on a copy of the schedule
+    /// alone (24 bytes, kept when the request is allowed), inlined into the
+    /// engine's take; the rest (new parameters, a peek) is the default's
+    /// copy, out of line.
+    #[inline(always)]
+    fn check_stored(
+        &mut self,
+        params: GcraParams,
+        now_ms: i64,
+        cost: u64,
+        mode: Mode,
+    ) -> (Decision, bool) {
+        if mode != Mode::Take || self.params != params {
+            return self.check_copy_out_of_line(params, now_ms, cost, mode);
+        }
+        // `Schedule::check` clamps the time to the last it saw itself.
+        let mut schedule = self.schedule;
+        let (decision, _) = schedule.check(params.pace(), now_ms, cost, mode);
+        if decision.allowed {
+            self.schedule = schedule;
+        }
+        (decision, decision.allowed)
+    }
 }
 
 impl State for Gcra {
@@ -257,7 +282,9 @@ impl State for Gcra {
         ]
     }
 
-    /// The TAT, rounded up to the millisecond.
+    /// The TAT, rounded up to the millisecond. Inlined always: twice on
+    /// every check.
+    #[inline(always)]
     fn fresh_at_ms(&self) -> i64 {
         self.schedule.fresh_at_ms()
     }
@@ -622,6 +649,39 @@ mod tests {
         #[test]
         fn decoding_any_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = Gcra::decode_body(&mut Reader::new(&bytes));
+        }
+
+        /// A stored state checked in place (`check_stored`) gives the
+        /// decision, and is left as, the copy the default `check_stored`
+        /// checked (`check_with`, kept when taken), for any schedule, time,
+        /// cost, mode and parameters (the same or others).
+        #[test]
+        fn a_stored_state_is_checked_in_place_as_on_a_copy(
+            burst in edge_u64(),
+            count in edge_u64().prop_map(|c| c.max(1)),
+            period_ms in edge_u64().prop_map(|p| p.max(1)),
+            due_ns in prop_oneof![any::<i128>(), any::<i64>().prop_map(i128::from), (-3_000_000_000i128..3_000_000_000).prop_map(|d| ms_to_ns(T0) + d)],
+            updated_ms in prop_oneof![any::<i64>(), (-3_000i64..3_000).prop_map(|d| T0 + d)],
+            now in prop_oneof![any::<i64>(), (-3_000i64..3_000).prop_map(|d| T0 + d)],
+            cost in prop_oneof![0u64..12, edge_u64()],
+            take in any::<bool>(),
+            other in proptest::option::of((0u64..10, 1u64..10, 1u64..100_000)),
+        ) {
+            let stored = Gcra {
+                params: params(burst, count, period_ms),
+                schedule: Schedule { due_ns, updated_ms },
+            };
+            let asked = other.map_or(stored.params, |(b, c, p)| params(b, c, p));
+            let mode = if take { Mode::Take } else { Mode::Peek };
+            let (expected, kept) = match Gcra::check_with(Some(&stored), asked, now, cost, mode) {
+                (decision, Some(next)) => (decision, next),
+                (decision, None) => (decision, stored.clone()),
+            };
+            let mut in_place = stored.clone();
+            let (decision, changed) = in_place.check_stored(asked, now, cost, mode);
+            prop_assert_eq!(decision, expected);
+            prop_assert_eq!(changed, expected.allowed && take);
+            prop_assert_eq!(&in_place, &kept);
         }
 
         /// Unlike the token bucket's float refill, the TAT is exact (integer

@@ -25,7 +25,7 @@
 
 use super::schedule::{Pace, Schedule};
 use super::shapes::{capacity_and_rate, check_capacity_and_rate};
-use super::{round, Algorithm, Decision, Field, Mode, State, MAX_DURATION_MS, NS_PER_MS};
+use super::{Algorithm, Decision, Field, Mode, State, MAX_DURATION_MS, NS_PER_MS};
 use crate::encoding::{put_f64, put_u64, DecodeError, Reader};
 use crate::error::CommandError;
 use crate::words::syntax::{Kind, Syntax, Word};
@@ -44,23 +44,28 @@ pub struct LeakyBucketParams {
 impl LeakyBucketParams {
     /// `I`: nanoseconds for one unit to leak out, `1..=366 d`.
     ///
-    /// Rounded by [`round`] rather than the library call `f64::round` is on
-    /// this target, and converted to `i64` rather than `i128` (another
-    /// library call): `as` saturates either way, and any value out of the
-    /// range of `i64` is clamped to the same bound (+inf, a tiny rate,
-    /// becomes `MAX_INTERVAL_NS`). On every check.
-    #[inline]
+    /// Rounded to the nearest, halves up, as `f64::round` (a library call
+    /// on this target) rounds a positive value, on every check: `1e9 /
+    /// rate` is positive (or +inf, a tiny rate); from `MAX_INTERVAL_NS` on
+    /// it is that bound; below it, it is under 2^55, so truncating it to
+    /// an `i64` is exact, and so is its fraction (below 2^52 the two lie
+    /// within one binade of each other; from 2^52 on every double is
+    /// whole, its fraction 0).
+    #[inline(always)]
     pub fn leak_interval_ns(&self) -> i128 {
-        if self.rate_per_s > 0.0 {
-            i128::from((round(1e9 / self.rate_per_s) as i64).clamp(1, MAX_INTERVAL_NS as i64))
-        } else {
-            MAX_INTERVAL_NS
+        let ns = 1e9 / self.rate_per_s;
+        // Also a rate that is not above 0 (NaN compares false).
+        if !(self.rate_per_s > 0.0 && ns < MAX_INTERVAL_NS as f64) {
+            return MAX_INTERVAL_NS;
         }
+        let whole = ns as i64;
+        let up = ns - whole as f64 >= 0.5;
+        i128::from((whole + i64::from(up)).max(1))
     }
 
     /// The schedule of these parameters: one unit leaks out per `I`, and
     /// the queue holds `capacity` (`capacity * I` ahead of now at most).
-    #[inline]
+    #[inline(always)]
     fn pace(&self) -> Pace {
         Pace {
             interval_ns: self.leak_interval_ns(),
@@ -159,6 +164,36 @@ impl Algorithm for LeakyBucket {
             ..decision
         }
     }
+
+    /// The default's answer, without its copy of the whole state: a take
+    /// under the stored parameters is checked on a copy of the schedule
+    /// alone (24 bytes, kept when the request is allowed), inlined into the
+    /// engine's take; the rest (new parameters, a peek) is the default's
+    /// copy, out of line.
+    #[inline(always)]
+    fn check_stored(
+        &mut self,
+        params: LeakyBucketParams,
+        now_ms: i64,
+        cost: u64,
+        mode: Mode,
+    ) -> (Decision, bool) {
+        if mode != Mode::Take || self.params != params {
+            return self.check_copy_out_of_line(params, now_ms, cost, mode);
+        }
+        // `Schedule::check` clamps the time to the last it saw itself.
+        let mut schedule = self.schedule;
+        let (decision, until_turn_ms) = schedule.check(params.pace(), now_ms, cost, mode);
+        if !decision.allowed {
+            return (decision, false);
+        }
+        self.schedule = schedule;
+        let decision = Decision {
+            delay_ms: Some(until_turn_ms),
+            ..decision
+        };
+        (decision, true)
+    }
 }
 
 impl State for LeakyBucket {
@@ -171,7 +206,9 @@ impl State for LeakyBucket {
         ]
     }
 
-    /// The drain time, rounded up to the millisecond.
+    /// The drain time, rounded up to the millisecond. Inlined always: twice
+    /// on every check.
+    #[inline(always)]
     fn fresh_at_ms(&self) -> i64 {
         self.schedule.fresh_at_ms()
     }
@@ -583,6 +620,41 @@ mod tests {
         #[test]
         fn decoding_any_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = LeakyBucket::decode_body(&mut Reader::new(&bytes));
+        }
+
+        /// A stored state checked in place (`check_stored`) gives the
+        /// decision, and is left as, the copy the default `check_stored`
+        /// checked (`check_with`, kept when taken), for any schedule, time,
+        /// cost, mode and parameters (the same or others).
+        #[test]
+        fn a_stored_state_is_checked_in_place_as_on_a_copy(
+            capacity in prop_oneof![1u64..10, Just(MAX_AMOUNT), any::<u64>()],
+            // Not NaN, which no state holds, and which would make the two
+            // states unequal (`PartialEq`) however alike.
+            rate in prop_oneof![1e-9f64..1e10, any::<u64>().prop_map(f64::from_bits)]
+                .prop_filter("a number", |r| !r.is_nan()),
+            due_ns in prop_oneof![any::<i128>(), any::<i64>().prop_map(i128::from), (-3_000_000_000i128..3_000_000_000).prop_map(|d| ms_to_ns(T0) + d)],
+            updated_ms in prop_oneof![any::<i64>(), (-3_000i64..3_000).prop_map(|d| T0 + d), Just(MAX_TIMESTAMP_MS)],
+            now in prop_oneof![any::<i64>(), (-3_000i64..3_000).prop_map(|d| T0 + d)],
+            cost in prop_oneof![0u64..12, any::<u64>()],
+            take in any::<bool>(),
+            other in proptest::option::of((1u64..10, 0.5f64..100.0)),
+        ) {
+            let stored = LeakyBucket {
+                params: params(capacity, rate),
+                schedule: Schedule { due_ns, updated_ms },
+            };
+            let asked = other.map_or(stored.params, |(c, r)| params(c, r));
+            let mode = if take { Mode::Take } else { Mode::Peek };
+            let (expected, kept) = match LeakyBucket::check_with(Some(&stored), asked, now, cost, mode) {
+                (decision, Some(next)) => (decision, next),
+                (decision, None) => (decision, stored.clone()),
+            };
+            let mut in_place = stored.clone();
+            let (decision, changed) = in_place.check_stored(asked, now, cost, mode);
+            prop_assert_eq!(decision, expected);
+            prop_assert_eq!(changed, expected.allowed && take);
+            prop_assert_eq!(&in_place, &kept);
         }
 
         /// Unlike the token bucket's float refill, the drain time is exact

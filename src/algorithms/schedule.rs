@@ -97,7 +97,7 @@ impl Schedule {
     /// to 2262, a span under 292 years: nearly always), with the 128-bit
     /// [`Schedule::check_wide`] otherwise; both answer the same, bit for
     /// bit (a property test compares them).
-    #[inline]
+    #[inline(always)]
     pub fn check(&mut self, pace: Pace, now_ms: i64, cost: u64, mode: Mode) -> (Decision, i64) {
         match self.check_narrow(pace, now_ms, cost, mode) {
             Some(answer) => answer,
@@ -114,7 +114,7 @@ impl Schedule {
     /// left out, and `ns_to_ms_ceil` of a value in `0..=i64::MAX` (whose
     /// millisecond count is below `MAX_TIMESTAMP_MS`, so it is not
     /// clamped) as an unsigned division.
-    #[inline]
+    #[inline(always)]
     fn check_narrow(
         &mut self,
         pace: Pace,
@@ -224,7 +224,7 @@ impl Schedule {
     /// The due time, rounded up to the millisecond: when the key is fresh.
     /// In 64 bits when the due time is from 1970 to 2262 (`ns_to_ms_ceil`
     /// clamps no such time): twice on every check.
-    #[inline]
+    #[inline(always)]
     pub fn fresh_at_ms(&self) -> i64 {
         match i64::try_from(self.due_ns) {
             Ok(due) if due >= 0 => ceil_ms(due),

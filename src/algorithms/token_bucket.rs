@@ -262,10 +262,12 @@ impl Algorithm for TokenBucket {
         Decision {
             allowed,
             limit: capacity,
-            // The conversion saturates at 0 and truncates: for every
-            // double, what `floor()` then the conversion gives, without
-            // the library call.
-            remaining: self.tokens as u64,
+            // Truncated, at least 0: what `floor()` then the conversion
+            // to `u64` give, without the library call, for every double
+            // below 2^63 (the tokens are at most the capacity, below
+            // 2^53); through `i64`, a conversion of a few instructions
+            // where the one to `u64` takes two paths.
+            remaining: (self.tokens as i64).max(0) as u64,
             retry_after_ms,
             reset_after_ms: self.fresh_at_ms().saturating_sub(now_ms).max(0),
             delay_ms: None,

@@ -51,11 +51,18 @@ fn policy(ctx: Ctx<'_>) -> Policy {
     policy
 }
 
-/// Whether a write that needs memory must be refused now.
+/// Whether a write that needs memory must be refused now. Inlined always:
+/// on every check that grows a state, which is nearly never near the limit.
+#[inline(always)]
 pub fn refuses_growth(ctx: Ctx<'_>) -> bool {
-    if !ctx.out_of_memory() {
-        return false;
-    }
+    ctx.out_of_memory() && refuses_growth_when_full(ctx)
+}
+
+/// [`refuses_growth`] once Redis says it is out of memory: whether its
+/// policy can free anything.
+#[cold]
+#[inline(never)]
+fn refuses_growth_when_full(ctx: Ctx<'_>) -> bool {
     match policy(ctx) {
         Policy::NoEviction => true,
         Policy::AllKeys => db_size(ctx) == 0 && candidates(ctx, b"keys=") == 0,

@@ -182,6 +182,19 @@ pub struct Plain {
 }
 
 impl Plain {
+    /// The check of the default options (a take of 1, no `PENALTY`, not
+    /// in `SHADOW` mode): `Plain::of` of `CheckOptions::default()`, when
+    /// no client waits on the key.
+    #[inline(always)]
+    pub fn of_defaults(counter: &'static Counter) -> Plain {
+        Plain {
+            cost: 1,
+            penalty_ms: None,
+            shadow: false,
+            counter,
+        }
+    }
+
     /// The check of `options`, counted on `counter`, when it is plain: it
     /// takes (no `PEEK`), waits for nothing (no `BLOCK`) and asks no partial
     /// grant (no `UPTO`), and no client waits on `key` before it.

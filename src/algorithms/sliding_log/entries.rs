@@ -169,7 +169,7 @@ impl EntryQueue {
     }
 
     /// Appends `entry`; the queue will never hold more than `max_entries`.
-    #[inline]
+    #[inline(always)]
     pub fn push_back(&mut self, entry: Entry, max_entries: usize) {
         if entry.count == 1 && entry.gap <= u64::from(GAP_LOW) {
             // What `pack` writes for it: the gap alone in the head, no

@@ -161,8 +161,19 @@ impl SlidingLog {
         }
     }
 
-    /// Forget the entries at or before `cutoff_ms`.
+    /// Forget the entries at or before `cutoff_ms`. Inlined always: on
+    /// every check, which nearly always has nothing to forget.
+    #[inline(always)]
     fn forget_until(&mut self, cutoff_ms: i64) {
+        if self.entries.is_empty() || self.oldest_ms > cutoff_ms {
+            return;
+        }
+        self.forget_until_walking(cutoff_ms);
+    }
+
+    /// [`SlidingLog::forget_until`] of a log whose oldest entry has left.
+    #[inline(never)]
+    fn forget_until_walking(&mut self, cutoff_ms: i64) {
         while !self.entries.is_empty() && self.oldest_ms <= cutoff_ms {
             self.drop_oldest();
         }
@@ -193,6 +204,8 @@ impl SlidingLog {
     }
 
     /// Remember `cost` allowed at `now_ms`, not earlier than the newest entry.
+    /// Inlined always: on every allowed check.
+    #[inline(always)]
     fn append(&mut self, now_ms: i64, cost: u64) {
         if cost == 0 {
             return;
@@ -289,6 +302,29 @@ impl SlidingLog {
     }
 }
 
+impl SlidingLog {
+    /// [`Algorithm::check_stored`] as the trait's default does it, out of
+    /// line: a request that may be denied, new parameters, a peek.
+    #[inline(never)]
+    fn check_stored_out_of_line(
+        &mut self,
+        params: SlidingLogParams,
+        now_ms: i64,
+        cost: u64,
+        mode: Mode,
+    ) -> (Decision, bool) {
+        if self.params == params {
+            let now_ms = now_ms.max(self.updated_ms);
+            if let Some(decision) = self.decide_in_place(now_ms, cost) {
+                if !(decision.allowed && mode == Mode::Take) {
+                    return (decision, false);
+                }
+            }
+        }
+        self.check_copy(params, now_ms, cost, mode)
+    }
+}
+
 /// 32-bit words are written as two `u16`s, low first: the same bytes as a
 /// little-endian `u32`, with the helpers `crate::encoding` has.
 impl Algorithm for SlidingLog {
@@ -344,6 +380,7 @@ impl Algorithm for SlidingLog {
         self.updated_ms
     }
 
+    #[inline(always)]
     fn check(&mut self, now_ms: i64, cost: u64, mode: Mode) -> Decision {
         let now_ms = now_ms.max(self.updated_ms);
         self.updated_ms = now_ms;
@@ -372,6 +409,26 @@ impl Algorithm for SlidingLog {
         }
     }
 
+    /// The default's answer, its take in place inlined into the engine's
+    /// take (the check of nearly every allowed request: no call, the
+    /// decision in registers); the rest, the default's, out of line.
+    #[inline(always)]
+    fn check_stored(
+        &mut self,
+        params: SlidingLogParams,
+        now_ms: i64,
+        cost: u64,
+        mode: Mode,
+    ) -> (Decision, bool) {
+        if mode == Mode::Take
+            && self.params == params
+            && self.allows_in_place(now_ms.max(self.updated_ms), cost) == Some(true)
+        {
+            return (self.check(now_ms, cost, Mode::Take), true);
+        }
+        self.check_stored_out_of_line(params, now_ms, cost, mode)
+    }
+
     /// A request in a millisecond that already has an entry adds to its
     /// count; any other adds an entry.
     fn grows_with(&self, _params: SlidingLogParams, now_ms: i64, _cost: u64) -> bool {
@@ -380,6 +437,7 @@ impl Algorithm for SlidingLog {
 
     /// Walks only the entries that left the window by `now_ms`: O(1)
     /// amortised, as the next allowed check drops them.
+    #[inline(always)]
     fn allows_in_place(&self, now_ms: i64, cost: u64) -> Option<bool> {
         let held = self.held_at(now_ms).held;
         let limit = self.params.limit;

@@ -13,10 +13,10 @@ use super::super::stats;
 use super::super::waiters;
 use super::params;
 use crate::algorithms::gcra::Gcra;
-use crate::algorithms::Mode;
+use crate::algorithms::{Decision, Mode};
 use crate::error::CommandError;
 use crate::parse::{self, IntoTier};
-use crate::redis_cell::{cl_throttle, cl_throttle_reply};
+use crate::redis_cell::cl_throttle_reply;
 use crate::replay::Command;
 
 command! {
@@ -28,17 +28,26 @@ fn check_reply<A: Checked>(ctx: Ctx<'_>, token: &mut KeyToken, args: &Args<'_>) 
     let run = Run::live(ctx, Command::Check(A::TAG), 2);
     let mut words = Words::none();
     args.fill_from(2, &mut words);
-    let parsed = params::check_args::<A::Params>(ctx, &words);
+    // The words of the last check without options: their parameters, no
+    // options (`None`: the defaults), nothing parsed.
+    let parsed = match params::kept::<A::Params>(ctx, &words) {
+        Some(params) => Ok((params, None)),
+        None => params::check_args::<A::Params>(ctx, &words).map(|(p, o)| (p, Some(o))),
+    };
     // The plain check (no PEEK, BLOCK or UPTO, no waiter before it): its
     // straight path, which knows its algorithm.
     if let (Some(key), Ok((params, options))) = (args.key(1), &parsed) {
-        if let Some(plain) = Plain::of(ctx, key, options, A::counter()) {
+        let plain = match options {
+            None => (!waiters::queued(ctx, &[key])).then(|| Plain::of_defaults(A::counter())),
+            Some(options) => Plain::of(ctx, key, options, A::counter()),
+        };
+        if let Some(plain) = plain {
             return respond_plain::<A>(&run, token, args, key, *params, plain, reply_decision);
         }
     }
     let request = parsed.map(|(params, options)| Request::Check {
         tier: params.into_tier(),
-        options,
+        options: options.unwrap_or_default(),
     });
     one_key(&run, token, args, request)
 }
@@ -67,25 +76,30 @@ fn cl_throttle_reply_to(ctx: Ctx<'_>, token: &mut KeyToken, args: &Args<'_>) -> 
     let run = Run::live(ctx, Command::ClThrottle, 2);
     let mut words = Words::none();
     args.fill_from(2, &mut words);
-    let parsed = cl_throttle(&words);
+    let plain = Plain {
+        cost: 1,
+        penalty_ms: None,
+        shadow: false,
+        counter: &stats::CL_THROTTLE,
+    };
+    let reply: fn(Ctx<'_>, &Decision) -> Status =
+        |ctx, d| ctx.reply_integers(&cl_throttle_reply(d));
+    // The words of the last call without a quantity, no waiter before it:
+    // a take of 1 on the plain check's straight path, nothing parsed.
+    if let (Some(key), Some(params)) = (args.key(1), params::kept_throttle(ctx, &words)) {
+        if !waiters::queued(ctx, &[key]) {
+            return respond_plain::<Gcra>(&run, token, args, key, params, plain, reply);
+        }
+    }
+    let parsed = params::cl_throttle_args(ctx, &words);
     // A quantity taken, no waiter before it: the plain check's straight path.
     if let (Some(key), Ok(throttle)) = (args.key(1), &parsed) {
         if throttle.mode == Mode::Take && !waiters::queued(ctx, &[key]) {
             let plain = Plain {
                 cost: throttle.cost,
-                penalty_ms: None,
-                shadow: false,
-                counter: &stats::CL_THROTTLE,
+                ..plain
             };
-            return respond_plain::<Gcra>(
-                &run,
-                token,
-                args,
-                key,
-                throttle.params,
-                plain,
-                |ctx, d| ctx.reply_integers(&cl_throttle_reply(d)),
-            );
+            return respond_plain::<Gcra>(&run, token, args, key, throttle.params, plain, reply);
         }
     }
     one_key(&run, token, args, parsed.map(Request::Throttle))

@@ -8,9 +8,11 @@
 
 use super::super::ffi::main_thread::MainThreadCell;
 use super::super::ffi::Ctx;
+use crate::algorithms::gcra::GcraParams;
 use crate::algorithms::registry::{IntoTier, Line, Tier, ALGORITHMS};
 use crate::error::CommandError;
 use crate::parse::{self, CheckOptions};
+use crate::redis_cell::{cl_throttle, ClThrottleArgs};
 use crate::words::same_bytes;
 use crate::words::syntax::Syntax;
 
@@ -85,9 +87,24 @@ impl Kept {
 /// Each algorithm's, at its registry line.
 static KEPT: MainThreadCell<[Kept; ALGORITHMS]> = MainThreadCell::new([Kept::NONE; ALGORITHMS]);
 
-/// `parse::check_args` for `P`'s check command, through what it read last:
-/// the same result, the parsing skipped when the words are those of the
-/// last check of `P`'s algorithm without options.
+/// The parameters `P`'s algorithm's last check without options read, when
+/// `words` are its words again: a check that may skip the parsing (its
+/// options are then the defaults: a plain take of 1).
+#[inline(always)]
+pub fn kept<P: IntoTier + Syntax>(ctx: Ctx<'_>, words: &[&[u8]]) -> Option<P>
+where
+    P::Algorithm: Line,
+{
+    if words.len() != P::PARAMS.len() {
+        return None;
+    }
+    KEPT.with(ctx, |kept| kept.get(P::Algorithm::LINE)?.of::<P>(words))
+        .flatten()
+}
+
+/// `parse::check_args` for `P`'s check command, whose words [`kept`] did
+/// not find: the parameters read are kept with their words when there are
+/// no options, for the next check to find.
 #[inline(always)]
 pub fn check_args<P: IntoTier + Syntax>(
     ctx: Ctx<'_>,
@@ -96,28 +113,50 @@ pub fn check_args<P: IntoTier + Syntax>(
 where
     P::Algorithm: Line,
 {
-    if words.len() != P::PARAMS.len() {
-        return parse::check_args::<P>(words);
+    let parsed = parse::check_args::<P>(words);
+    if let (true, Ok((params, _))) = (words.len() == P::PARAMS.len(), &parsed) {
+        KEPT.with(ctx, |kept| {
+            if let Some(kept) = kept.get_mut(P::Algorithm::LINE) {
+                kept.keep(words, *params);
+            }
+        });
     }
-    KEPT.with(ctx, |kept| {
-        let kept = kept.get_mut(P::Algorithm::LINE)?;
-        if let Some(params) = kept.of::<P>(words) {
-            return Some(Ok((params, CheckOptions::default())));
-        }
-        let parsed = parse::check_args::<P>(words);
-        if let Ok((params, _)) = parsed {
-            kept.keep(words, params);
-        }
-        Some(parsed)
-    })
-    .flatten()
-    .unwrap_or_else(|| parse::check_args::<P>(words))
+    parsed
+}
+
+/// `CL.THROTTLE`'s, apart from the algorithms' (its words are redis-cell's:
+/// a period in seconds).
+static KEPT_THROTTLE: MainThreadCell<Kept> = MainThreadCell::new(Kept::NONE);
+
+/// The parameters the last `CL.THROTTLE` without a quantity read, when
+/// `words` are its words again: a call that may skip the parsing (its
+/// quantity is then 1, a take).
+#[inline(always)]
+pub fn kept_throttle(ctx: Ctx<'_>, words: &[&[u8]]) -> Option<GcraParams> {
+    if words.len() != 3 {
+        return None;
+    }
+    KEPT_THROTTLE
+        .with(ctx, |kept| kept.of::<GcraParams>(words))
+        .flatten()
+}
+
+/// `redis_cell::cl_throttle`, for words [`kept_throttle`] did not find:
+/// the parameters read are kept with their words when no quantity is
+/// given, for the next call to find. Parsing is a function of the words
+/// alone.
+#[inline(always)]
+pub fn cl_throttle_args(ctx: Ctx<'_>, words: &[&[u8]]) -> Result<ClThrottleArgs, CommandError> {
+    let parsed = cl_throttle(words);
+    if let (3, Ok(args)) = (words.len(), &parsed) {
+        KEPT_THROTTLE.with(ctx, |kept| kept.keep(words, args.params));
+    }
+    parsed
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithms::gcra::GcraParams;
     use crate::algorithms::token_bucket::TokenBucketParams;
 
     fn parsed<P: Syntax>(words: &[&[u8]]) -> P {

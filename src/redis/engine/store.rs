@@ -84,6 +84,7 @@ impl<'a> Store for Run<'a> {
         Key::opened(OpenKey::open(token, self.ctx, name, true))
     }
 
+    #[inline(always)]
     fn out_of_memory(&self) -> Result<(), CommandError> {
         if !self.is_replay() && refuses_growth(self.ctx) {
             Err(CommandError::out_of_memory())

@@ -165,6 +165,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// Whether Redis says it is out of memory (over `maxmemory`) now.
+    #[inline(always)]
     pub fn out_of_memory(self) -> bool {
         // Redis flags OOM when the memory it counts exceeds `maxmemory`,
         // that is when this share (0 without a `maxmemory`) exceeds 1. Read
