@@ -75,20 +75,31 @@ impl Request {
     /// The options of a check of `definition` (a policy's) given as
     /// `words` (after the keys), the policy's `PENALTY` and `SHADOW`
     /// applied: on the primary, where its replay runs, and for a waiter
-    /// whose policy changed while it waited.
+    /// whose policy changed while it waited. Inlined: the usual check gives
+    /// no words, so its options are the policy's, nothing parsed.
+    #[inline(always)]
     pub fn policy_options(
         definition: &Definition,
         words: &[&[u8]],
     ) -> Result<CheckOptions, CommandError> {
         if words.is_empty() {
-            // The usual check: the policy's own options, nothing to parse
-            // and nothing that clashes (neither PEEK, BLOCK nor UPTO).
+            // Nothing to parse and nothing that clashes (neither PEEK,
+            // BLOCK nor UPTO).
             return Ok(CheckOptions {
                 penalty_ms: definition.penalty_ms,
                 shadow: definition.shadow,
                 ..CheckOptions::default()
             });
         }
+        Self::policy_options_given(definition, words)
+    }
+
+    /// [`Request::policy_options`] of a check that gives words.
+    #[inline(never)]
+    fn policy_options_given(
+        definition: &Definition,
+        words: &[&[u8]],
+    ) -> Result<CheckOptions, CommandError> {
         let mut options = check_request_options(words)?;
         // The policy's PENALTY and SHADOW, except on a peek (which changes
         // nothing, so neither applies: the inline command refuses them there).

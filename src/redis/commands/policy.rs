@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::super::ffi::args::OwnedArgs;
 use super::super::ffi::main_thread::MainThreadCell;
-use super::super::ffi::{command, writes_paused, Args, Ctx, KeyName, KeyToken, Status};
+use super::super::ffi::{command, writes_paused, Args, Ctx, KeyName, KeyToken, Status, Words};
 use super::super::replicate::Run;
 use super::super::request::{counter_of, Request};
 use super::super::respond::{respond, respond_by_name, Plain};
@@ -372,7 +372,10 @@ fn checked_under(
             &many
         }
     };
-    let words = args.bytes_from(2 + n);
+    // Filled where it stays (`bytes_from` would return the whole inline
+    // array by value: a copy of ~220 bytes on every check).
+    let mut words = Words::none();
+    args.fill_from(2 + n, &mut words);
     let options = Request::policy_options(definition, &words).map_err(|error| {
         // A word that is no option may be a key too many.
         if error.text().starts_with("ERR syntax error: unknown option") {
