@@ -261,12 +261,7 @@ impl Algorithm for Gcra {
         if mode != Mode::Take || self.params != params {
             return self.check_copy_out_of_line(params, now_ms, cost, mode);
         }
-        // `Schedule::check` clamps the time to the last it saw itself.
-        let mut schedule = self.schedule;
-        let (decision, _) = schedule.check(params.pace(), now_ms, cost, mode);
-        if decision.allowed {
-            self.schedule = schedule;
-        }
+        let (decision, _) = self.schedule.take_if_allowed(params.pace(), now_ms, cost);
         (decision, decision.allowed)
     }
 }

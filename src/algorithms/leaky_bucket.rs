@@ -181,13 +181,10 @@ impl Algorithm for LeakyBucket {
         if mode != Mode::Take || self.params != params {
             return self.check_copy_out_of_line(params, now_ms, cost, mode);
         }
-        // `Schedule::check` clamps the time to the last it saw itself.
-        let mut schedule = self.schedule;
-        let (decision, until_turn_ms) = schedule.check(params.pace(), now_ms, cost, mode);
+        let (decision, until_turn_ms) = self.schedule.take_if_allowed(params.pace(), now_ms, cost);
         if !decision.allowed {
             return (decision, false);
         }
-        self.schedule = schedule;
         let decision = Decision {
             delay_ms: Some(until_turn_ms),
             ..decision

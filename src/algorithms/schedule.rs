@@ -105,6 +105,21 @@ impl Schedule {
         }
     }
 
+    /// A take of `cost` at `now_ms` ([`Schedule::check`] in [`Mode::Take`])
+    /// checked on a copy of the schedule, kept only when the request is
+    /// allowed: a denial leaves the schedule as it was. The in-place take
+    /// of the algorithms kept on a schedule (the leaky bucket, GCRA).
+    #[inline(always)]
+    pub fn take_if_allowed(&mut self, pace: Pace, now_ms: i64, cost: u64) -> (Decision, i64) {
+        // `check` clamps the time to the last it saw itself.
+        let mut schedule = *self;
+        let answer = schedule.check(pace, now_ms, cost, Mode::Take);
+        if answer.0.allowed {
+            *self = schedule;
+        }
+        answer
+    }
+
     /// [`Schedule::check`] in `i64` nanoseconds, or `None` (nothing
     /// changed) when a time it needs does not fit: `now` from 0 to
     /// `i64::MAX` ns, the due time and `now + span` at most `i64::MAX`.
